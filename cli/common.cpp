@@ -1,0 +1,92 @@
+#include "cli/common.hpp"
+
+#include <sys/sysinfo.h>
+
+#include "engine/error.hpp"
+#include "engine/npy.hpp"
+
+namespace attngraph::cli {
+
+void add_graph_args(CLI::App& cmd, GraphArgs& args, bool with_threads) {
+    cmd.add_option("graph", args.graph, "Graph file (JSON)")->required();
+    cmd.add_option("--input", args.inputs, "Replace a tensor's data: NAME=FILE.npy (repeatable)");
+    cmd.add_option("--dtype", args.dtype, "Compute in f32 or f64 (default: the graph file's dtype)")
+        ->check(CLI::IsMember({"f32", "f64"}));
+    cmd.add_flag("--allow-outside-paths", args.allow_outside_paths,
+                 "Let \"npy\" paths in the graph file leave the graph file's folder");
+    cmd.add_option("--max-memory", args.max_memory,
+                   "Refuse tensors larger than this (e.g. 4G; default: half of the machine's memory)");
+    if (with_threads)
+        cmd.add_option("--threads", args.threads, "Worker threads (default 0: all cores)")->check(CLI::Range(0, 4096));
+}
+
+std::size_t parse_bytes(const std::string& text) {
+    std::size_t pos = 0;
+    unsigned long long v = 0;
+    try {
+        v = std::stoull(text, &pos);
+    } catch (const std::exception&) {
+        throw Error("--max-memory: '" + text + "' is not a size (e.g. 4G, 512M)");
+    }
+    const std::string unit = text.substr(pos);
+    unsigned long long mult = 1;
+    if (unit == "" || unit == "B") mult = 1;
+    else if (unit == "K" || unit == "KB") mult = 1ull << 10;
+    else if (unit == "M" || unit == "MB") mult = 1ull << 20;
+    else if (unit == "G" || unit == "GB") mult = 1ull << 30;
+    else if (unit == "T" || unit == "TB") mult = 1ull << 40;
+    else throw Error("--max-memory: unknown unit '" + unit + "' (use K, M, G or T)");
+    return static_cast<std::size_t>(v * mult);
+}
+
+static std::size_t default_max_bytes() {
+    struct sysinfo info {};
+    if (sysinfo(&info) == 0) return static_cast<std::size_t>(info.totalram) * info.mem_unit / 2;
+    return std::size_t(8) << 30;
+}
+
+Graph load_with_inputs(const GraphArgs& args) {
+    LoadOptions options;
+    if (!args.dtype.empty()) options.dtype = parse_dtype(args.dtype);
+    options.allow_outside_paths = args.allow_outside_paths;
+    const std::size_t max_bytes = args.max_memory.empty() ? default_max_bytes() : parse_bytes(args.max_memory);
+    const std::size_t word = options.dtype == DType::f32 ? 4 : 8;
+    options.max_elements = max_bytes / word;
+    Graph graph = load_graph(args.graph, options);
+    std::map<std::string, Tensor> replacements;
+    for (const auto& spec : args.inputs) {
+        const auto eq = spec.find('=');
+        if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size())
+            throw Error("--input '" + spec + "': expected NAME=FILE.npy");
+        const std::string name = spec.substr(0, eq), file = spec.substr(eq + 1);
+        if (graph.find(name) < 0)
+            throw GraphError("--input " + name + ": graph '" + graph.name() + "' (" + args.graph +
+                             ") has no tensor named '" + name + "'");
+        replacements[name] = load_npy(file, options.max_elements);
+    }
+    if (!replacements.empty()) {
+        try {
+            graph = graph.with_tensors(replacements);
+        } catch (const Error& e) {
+            throw ShapeError(args.graph + " with --input: " + e.what());
+        }
+    }
+    return graph;
+}
+
+std::vector<std::string> split_globs(const std::vector<std::string>& values) {
+    std::vector<std::string> out;
+    for (const auto& v : values) {
+        std::size_t start = 0;
+        while (start <= v.size()) {
+            const auto comma = v.find(',', start);
+            const std::string part = v.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+            if (!part.empty()) out.push_back(part);
+            if (comma == std::string::npos) break;
+            start = comma + 1;
+        }
+    }
+    return out;
+}
+
+}  // namespace attngraph::cli

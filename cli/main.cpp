@@ -1,0 +1,35 @@
+// attngraph: run, check and inspect attention graphs. Every subcommand lives in
+// cli/cmd_<name>.cpp; errors become one line "error: ..." on stderr and a non-zero exit.
+#include <iostream>
+#include <new>
+
+#include "cli/common.hpp"
+#include "engine/error.hpp"
+
+int main(int argc, char** argv) {
+    CLI::App app{"attngraph: attention as a compute graph, every intermediate matrix traced"};
+    app.require_subcommand(1);
+    app.set_help_all_flag("--help-all", "Help for every subcommand");
+    attngraph::cli::add_run_command(app);
+    attngraph::cli::add_check_command(app);
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::CallForHelp& e) {
+        return app.exit(e);
+    } catch (const CLI::CallForAllHelp& e) {
+        return app.exit(e);
+    } catch (const CLI::ParseError& e) {
+        std::cerr << "error: " << e.what() << " (see attngraph --help)\n";
+        return 2;
+    } catch (const attngraph::Error& e) {
+        std::cerr << "error: " << e.what() << "\n";
+        return 1;
+    } catch (const std::bad_alloc&) {
+        std::cerr << "error: out of memory\n";
+        return 1;
+    } catch (const std::exception& e) {
+        std::cerr << "error: internal: " << e.what() << "\n";
+        return 3;
+    }
+    return 0;
+}

@@ -1,0 +1,202 @@
+#include "engine/executor.hpp"
+
+#include <fnmatch.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <thread>
+
+#include <tbb/task_arena.h>
+#include <tbb/task_group.h>
+
+#include "engine/error.hpp"
+
+namespace attngraph {
+
+bool matches_any(const std::string& name, const std::vector<std::string>& globs) {
+    if (globs.empty()) return true;
+    for (const auto& g : globs)
+        if (fnmatch(g.c_str(), name.c_str(), 0) == 0) return true;
+    return false;
+}
+
+const Tensor& RunResult::at(const Graph& g, const std::string& name) const {
+    const int id = g.at(name);
+    const auto& v = values[static_cast<std::size_t>(id)];
+    if (!v) throw GraphError("value '" + name + "' was not kept by this run");
+    return *v;
+}
+
+namespace {
+
+// Graphs with less work than this run inline on the calling thread: scheduling would cost
+// more than it saves (the seed graph is ~100 flops a node).
+constexpr std::size_t inline_work_limit = 1 << 16;
+
+template <class T>
+class Run {
+public:
+    Run(const Graph& g, const RunOptions& o) : m_graph(g), m_options(o) {
+        const auto& values = g.values();
+        const auto& nodes = g.nodes();
+        m_owned.resize(values.size());
+        m_ptr.resize(values.size(), nullptr);
+        m_keep.resize(values.size(), false);
+        m_uses = std::make_unique<std::atomic<int>[]>(values.size());
+        m_pending = std::make_unique<std::atomic<int>[]>(nodes.size());
+        m_consumers.resize(nodes.size());
+        m_result.values.resize(values.size());
+        m_result.seconds.resize(nodes.size(), 0.0);
+
+        for (std::size_t id = 0; id < values.size(); ++id) {
+            const ValueInfo& v = values[id];
+            m_keep[id] = o.keep_all || (o.trace && matches_any(v.name, o.trace_only));
+            if (v.data) m_ptr[id] = &v.data->as<T>();
+        }
+        for (int id : g.outputs()) m_keep[static_cast<std::size_t>(id)] = true;
+        for (std::size_t i = 0; i < nodes.size(); ++i) {
+            int pending = 0;
+            for (int id : nodes[i].inputs) {
+                ++m_uses[static_cast<std::size_t>(id)];
+                const int producer = values[static_cast<std::size_t>(id)].producer;
+                if (producer >= 0) {
+                    ++pending;
+                    m_consumers[static_cast<std::size_t>(producer)].push_back(i);
+                }
+            }
+            m_pending[i] = pending;
+            for (int id : nodes[i].outputs) m_work += element_count(values[static_cast<std::size_t>(id)].shape);
+        }
+    }
+
+    RunResult finish(bool parallel) {
+        if (parallel && m_work > inline_work_limit) run_parallel();
+        else run_inline();
+        if (m_error) std::rethrow_exception(m_error);
+        for (std::size_t id = 0; id < m_ptr.size(); ++id) {
+            const ValueInfo& v = m_graph.values()[id];
+            if (!m_keep[id]) continue;
+            if (v.data) m_result.values[id] = v.data;
+            else if (m_ptr[id]) m_result.values[id] = std::make_shared<const Tensor>(std::move(m_owned[id]));
+        }
+        return std::move(m_result);
+    }
+
+private:
+    void run_inline() {
+        for (std::size_t i = 0; i < m_graph.nodes().size() && !m_stop; ++i) execute(i);
+    }
+
+    void run_parallel() {
+        tbb::task_group group;
+        for (std::size_t i = 0; i < m_graph.nodes().size(); ++i)
+            if (m_pending[i] == 0) group.run([this, i, &group] { execute_and_release(i, group); });
+        group.wait();
+    }
+
+    void execute_and_release(std::size_t i, tbb::task_group& group) {
+        if (m_stop) return;
+        execute(i);
+        if (m_stop) return;
+        for (std::size_t c : m_consumers[i])
+            if (--m_pending[c] == 0) group.run([this, c, &group] { execute_and_release(c, group); });
+    }
+
+    void execute(std::size_t i) {
+        try {
+            const Node& node = m_graph.nodes()[i];
+            const auto t0 = std::chrono::steady_clock::now();
+            std::vector<const Array<T>*> in;
+            in.reserve(node.inputs.size());
+            for (int id : node.inputs) in.push_back(m_ptr[static_cast<std::size_t>(id)]);
+            std::vector<Array<T>*> out;
+            for (int id : node.outputs) {
+                const Shape& s = m_graph.values()[static_cast<std::size_t>(id)].shape;
+                Array<T>& a = m_owned[static_cast<std::size_t>(id)];
+                a = Array<T>::from_shape(s);
+                out.push_back(&a);
+            }
+            node.op->forward<T>()(node.attrs, In<T>(in), Out<T>(out));
+            for (std::size_t k = 0; k < out.size(); ++k) m_ptr[static_cast<std::size_t>(node.outputs[k])] = out[k];
+            m_result.seconds[i] =
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+            if (m_options.check_finite) check_finite(node, out);
+            // release inputs whose last consumer this was (unless kept)
+            for (int id : node.inputs) {
+                const auto u = static_cast<std::size_t>(id);
+                if (--m_uses[u] == 0 && !m_keep[u] && !m_graph.values()[u].data) {
+                    m_owned[u] = Array<T>();
+                    m_ptr[u] = nullptr;
+                }
+            }
+        } catch (...) {
+            std::lock_guard<std::mutex> lock(m_error_mutex);
+            if (!m_error) m_error = std::current_exception();
+            m_stop = true;
+        }
+    }
+
+    void check_finite(const Node& node, const std::vector<Array<T>*>& out) {
+        for (const Array<T>* a : out) {
+            std::size_t bad = 0;
+            for (T x : *a) bad += !std::isfinite(x);
+            if (!bad) continue;
+            std::lock_guard<std::mutex> lock(m_error_mutex);
+            if (m_result.complete) {
+                m_result.complete = false;
+                m_result.stopped_at = node.name;
+                m_result.stop_reason = std::to_string(bad) + " non-finite values";
+            }
+            m_stop = true;
+        }
+    }
+
+    const Graph& m_graph;
+    const RunOptions& m_options;
+    std::vector<Array<T>> m_owned;
+    std::vector<const Array<T>*> m_ptr;
+    std::vector<bool> m_keep;
+    std::unique_ptr<std::atomic<int>[]> m_uses;
+    std::unique_ptr<std::atomic<int>[]> m_pending;
+    std::vector<std::vector<std::size_t>> m_consumers;
+    std::size_t m_work = 0;
+    RunResult m_result;
+    std::atomic<bool> m_stop{false};
+    std::mutex m_error_mutex;
+    std::exception_ptr m_error;
+};
+
+}  // namespace
+
+struct Executor::Impl {
+    int threads;
+    tbb::task_arena arena;
+    explicit Impl(int t) : threads(t), arena(t) {}
+};
+
+static int resolve_threads(int threads) {
+    if (threads < 0) throw Error("thread count must be positive, got " + std::to_string(threads));
+    if (threads == 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    return threads;
+}
+
+Executor::Executor(int threads) : m_impl(std::make_unique<Impl>(resolve_threads(threads))) {}
+Executor::~Executor() = default;
+int Executor::threads() const { return m_impl->threads; }
+
+RunResult Executor::run(const Graph& graph, const RunOptions& options) {
+    RunResult result;
+    m_impl->arena.execute([&] {
+        if (graph.dtype() == DType::f32) result = Run<float>(graph, options).finish(m_impl->threads > 1);
+        else result = Run<double>(graph, options).finish(m_impl->threads > 1);
+    });
+    return result;
+}
+
+RunResult run(const Graph& graph, const RunOptions& options) {
+    Executor executor(options.threads);
+    return executor.run(graph, options);
+}
+
+}  // namespace attngraph

@@ -1,0 +1,95 @@
+#include "engine/graph.hpp"
+
+#include "engine/error.hpp"
+
+namespace attngraph {
+
+std::string to_string(ValueKind kind) {
+    switch (kind) {
+        case ValueKind::input: return "input";
+        case ValueKind::param: return "param";
+        case ValueKind::node: return "node";
+    }
+    return "?";
+}
+
+bool valid_name(const std::string& name) {
+    if (name.empty() || name == "." || name == "..") return false;
+    for (char c : name) {
+        const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                        c == '_' || c == '.' || c == '-';
+        if (!ok) return false;
+    }
+    return true;
+}
+
+int Graph::find(const std::string& name) const {
+    auto it = m_index.find(name);
+    return it == m_index.end() ? -1 : it->second;
+}
+
+int Graph::at(const std::string& name) const {
+    int id = find(name);
+    if (id < 0) throw GraphError("graph '" + m_name + "' has no tensor or node named '" + name + "'");
+    return id;
+}
+
+static std::string operand_list(const Graph& g, const Node& node) {
+    std::string s;
+    for (int id : node.inputs) {
+        const auto& v = g.value(id);
+        s += (s.empty() ? "" : ", ") + v.name + " (" + shape_str(v.shape) + ")";
+    }
+    return s;
+}
+
+std::string Graph::formula(const Node& node) const {
+    std::vector<std::string> operands;
+    for (int id : node.inputs) operands.push_back(value(id).name + " (" + shape_str(value(id).shape) + ")");
+    return node.op->formula(node.attrs, operands);
+}
+
+void Graph::infer_shapes() {
+    for (const Node& node : m_nodes) {
+        std::vector<Shape> in;
+        for (int id : node.inputs) in.push_back(m_values[static_cast<std::size_t>(id)].shape);
+        std::vector<Shape> out;
+        try {
+            out = node.op->infer_shapes(node.attrs, in);
+        } catch (const ShapeError& e) {
+            throw ShapeError("node '" + node.name + "' (" + node.op->name + "): " + e.what() +
+                             "; inputs: " + operand_list(*this, node));
+        }
+        if (out.size() != node.outputs.size())
+            throw ShapeError("node '" + node.name + "' (" + node.op->name + "): now has " +
+                             std::to_string(out.size()) + " outputs instead of " +
+                             std::to_string(node.outputs.size()));
+        for (std::size_t k = 0; k < out.size(); ++k)
+            m_values[static_cast<std::size_t>(node.outputs[k])].shape = std::move(out[k]);
+    }
+}
+
+Graph Graph::with_tensors(const std::map<std::string, Tensor>& replacements) const {
+    Graph g = *this;
+    for (const auto& [name, tensor] : replacements) {
+        int id = at(name);
+        ValueInfo& v = g.m_values[static_cast<std::size_t>(id)];
+        if (v.kind == ValueKind::node)
+            throw GraphError("'" + name + "' is a node of graph '" + m_name +
+                             "', not an input or param tensor: it cannot be replaced");
+        v.data = std::make_shared<const Tensor>(tensor.cast(m_dtype));
+        v.shape = tensor.shape();
+    }
+    g.infer_shapes();
+    return g;
+}
+
+Graph Graph::with_dtype(DType dtype) const {
+    Graph g = *this;
+    g.m_dtype = dtype;
+    for (auto& v : g.m_values)
+        if (v.data && v.data->dtype() != dtype) v.data = std::make_shared<const Tensor>(v.data->cast(dtype));
+    return g;
+}
+
+}  // namespace attngraph

@@ -1,0 +1,81 @@
+#pragma once
+// The graph IR: named values (input and param tensors, node outputs) and the nodes that
+// compute them, in topological order, every shape inferred. A Graph is immutable once
+// built; GraphBuilder (engine/builder.hpp) and load_graph (engine/graph_file.hpp) make one.
+#include <any>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/op.hpp"
+#include "engine/tensor.hpp"
+
+namespace attngraph {
+
+enum class ValueKind { input, param, node };
+std::string to_string(ValueKind kind);
+
+/// @brief One named value: a tensor given with the graph, or one output of a node.
+struct ValueInfo {
+    std::string name;
+    ValueKind kind = ValueKind::node;
+    Shape shape;
+    int producer = -1;      // node index, -1 for input/param tensors
+    int output_index = 0;   // which output of the producer
+    std::shared_ptr<const Tensor> data;  // input/param tensors only
+};
+
+/// @brief One op application.
+struct Node {
+    std::string name;
+    const OpDef* op = nullptr;
+    std::any attrs;
+    std::vector<int> inputs;   // value ids
+    std::vector<int> outputs;  // value ids
+};
+
+/// @brief A validated, topologically ordered, shape-inferred DAG.
+class Graph {
+public:
+    const std::string& name() const { return m_name; }
+    DType dtype() const { return m_dtype; }
+    const std::vector<std::string>& tokens() const { return m_tokens; }
+    const std::vector<ValueInfo>& values() const { return m_values; }
+    const ValueInfo& value(int id) const { return m_values.at(static_cast<std::size_t>(id)); }
+    /// Nodes in a topological order (a node comes after every producer of its inputs).
+    const std::vector<Node>& nodes() const { return m_nodes; }
+    const std::vector<int>& outputs() const { return m_outputs; }
+
+    /// Value id by name ("head1.Q", "qkv:1"); -1 when absent.
+    int find(const std::string& name) const;
+    /// Value id by name; throws GraphError naming the graph when absent.
+    int at(const std::string& name) const;
+
+    /// "head1.Q (3x2) · head1.KT (2x3)": the node's formula with operand names and shapes.
+    std::string formula(const Node& node) const;
+
+    /// A copy with some input/param tensors replaced (shapes may change) and every shape
+    /// inferred again; throws ShapeError where the new shapes do not fit.
+    Graph with_tensors(const std::map<std::string, Tensor>& replacements) const;
+    /// A copy computing in another dtype (tensors converted).
+    Graph with_dtype(DType dtype) const;
+
+private:
+    friend class GraphBuilder;
+    void infer_shapes();  // in topological order; throws ShapeError with node context
+
+    std::string m_name;
+    DType m_dtype = DType::f32;
+    std::vector<std::string> m_tokens;
+    std::vector<ValueInfo> m_values;
+    std::vector<Node> m_nodes;
+    std::vector<int> m_outputs;
+    std::map<std::string, int> m_index;
+};
+
+/// True when name uses only letters, digits, '_', '.', '-' and is not "." or "..".
+bool valid_name(const std::string& name);
+
+}  // namespace attngraph

@@ -1,0 +1,306 @@
+#include "engine/graph_file.hpp"
+
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+#include "engine/builder.hpp"
+#include "engine/error.hpp"
+#include "engine/npy.hpp"
+
+namespace attngraph {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+void check_keys(const json& obj, std::initializer_list<const char*> known, const std::string& where) {
+    for (const auto& [key, value] : obj.items()) {
+        bool ok = false;
+        for (const char* k : known) ok = ok || key == k;
+        if (!ok) {
+            std::string list;
+            for (const char* k : known) list += (list.empty() ? "" : ", ") + std::string(k);
+            throw GraphError(where + ": unknown key '" + key + "' (known: " + list + ")");
+        }
+    }
+}
+
+double number_of(const json& v, const std::string& where) {
+    if (v.is_number()) return v.get<double>();
+    if (v.is_string()) {
+        const auto& s = v.get_ref<const std::string&>();
+        if (s == "NaN" || s == "nan") return std::numeric_limits<double>::quiet_NaN();
+        if (s == "Infinity" || s == "inf") return std::numeric_limits<double>::infinity();
+        if (s == "-Infinity" || s == "-inf") return -std::numeric_limits<double>::infinity();
+    }
+    throw GraphError(where + ": \"data\" holds " + v.dump() + " where a number belongs");
+}
+
+// Shape of nested lists (descending the first element) and the flattened values.
+Shape shape_of_data(const json& data) {
+    Shape s;
+    const json* cur = &data;
+    while (cur->is_array()) {
+        s.push_back(cur->size());
+        if (cur->empty() || s.size() > 32) break;
+        cur = &(*cur)[0];
+    }
+    return s;
+}
+
+void flatten(const json& data, const Shape& shape, std::size_t axis, std::vector<double>& out,
+             const std::string& where) {
+    if (axis == shape.size()) {
+        out.push_back(number_of(data, where));
+        return;
+    }
+    if (!data.is_array() || data.size() != shape[axis])
+        throw GraphError(where + ": \"data\" does not agree with shape (" + shape_str(shape) + ") on axis " +
+                         std::to_string(axis));
+    for (const auto& item : data) flatten(item, shape, axis + 1, out, where);
+}
+
+Shape parse_shape(const json& j, const std::string& where, std::size_t max_elements) {
+    if (!j.is_array()) throw GraphError(where + ": \"shape\" must be a list of sizes");
+    if (j.size() > 32) throw GraphError(where + ": \"shape\" has more than 32 axes");
+    Shape s;
+    std::size_t count = 1;
+    for (const auto& d : j) {
+        if (!d.is_number_integer() || d.get<long long>() < 0)
+            throw GraphError(where + ": \"shape\" entries must be non-negative integers, got " + d.dump());
+        const auto v = d.get<unsigned long long>();
+        if (v > max_elements || (v != 0 && count > max_elements / v))
+            throw GraphError(where + ": shape " + j.dump() + " exceeds the limit of " + std::to_string(max_elements) +
+                             " elements");
+        count *= static_cast<std::size_t>(v);
+        s.push_back(static_cast<std::size_t>(v));
+    }
+    return s;
+}
+
+Tensor make_tensor(const Shape& shape, const std::vector<double>& flat, DType dtype) {
+    Tensor t = zeros(dtype, shape);
+    t.visit([&](auto& a) {
+        using T = typename std::decay_t<decltype(a)>::value_type;
+        std::transform(flat.begin(), flat.end(), a.data(), [](double v) { return static_cast<T>(v); });
+    });
+    return t;
+}
+
+fs::path resolve_npy(const std::string& rel, const fs::path& base_dir, bool allow_outside, const std::string& where) {
+    const fs::path p = fs::path(rel).is_absolute() ? fs::path(rel) : base_dir / rel;
+    if (!allow_outside) {
+        const fs::path base = fs::weakly_canonical(base_dir.empty() ? fs::path(".") : base_dir);
+        const fs::path target = fs::weakly_canonical(p);
+        auto [b, t] = std::mismatch(base.begin(), base.end(), target.begin(), target.end());
+        if (b != base.end())
+            throw GraphError(where + ": \"npy\" path '" + rel +
+                             "' leaves the graph file's folder (use --allow-outside-paths)");
+    }
+    return p;
+}
+
+}  // namespace
+
+Graph parse_graph(const std::string& text, const fs::path& base_dir, const std::string& origin,
+                  const LoadOptions& options) {
+    try {
+        json doc;
+        try {
+            doc = json::parse(text);
+        } catch (const json::parse_error& e) {
+            std::string msg = e.what();
+            if (auto pos = msg.find("parse error"); pos != std::string::npos) msg = msg.substr(pos);
+            throw GraphError("malformed JSON: " + msg);
+        }
+        if (!doc.is_object()) throw GraphError("a graph file must be a JSON object");
+        check_keys(doc, {"name", "dtype", "tokens", "tensors", "nodes", "outputs", "description"}, "graph");
+
+        const std::string name = doc.contains("name") && doc["name"].is_string() ? doc["name"].get<std::string>() : "graph";
+        DType dtype = DType::f32;
+        if (doc.contains("dtype")) {
+            if (!doc["dtype"].is_string()) throw GraphError("\"dtype\" must be \"f32\" or \"f64\"");
+            dtype = parse_dtype(doc["dtype"].get<std::string>());
+        }
+        if (options.dtype) dtype = *options.dtype;
+        GraphBuilder builder(name, dtype);
+
+        if (doc.contains("tokens")) {
+            const json& t = doc["tokens"];
+            if (!t.is_array() || !std::all_of(t.begin(), t.end(), [](const json& x) { return x.is_string(); }))
+                throw GraphError("\"tokens\" must be a list of strings");
+            builder.set_tokens(t.get<std::vector<std::string>>());
+        }
+
+        if (!doc.contains("tensors") || !doc["tensors"].is_object())
+            throw GraphError("\"tensors\" must be an object of named tensors");
+        for (const auto& [tname, spec] : doc["tensors"].items()) {
+            const std::string where = "tensor '" + tname + "'";
+            if (!spec.is_object()) throw GraphError(where + ": must be an object");
+            check_keys(spec, {"kind", "shape", "data", "npy"}, where);
+            ValueKind kind = ValueKind::param;
+            if (spec.contains("kind")) {
+                const json& k = spec["kind"];
+                if (k == "input") kind = ValueKind::input;
+                else if (k == "param") kind = ValueKind::param;
+                else throw GraphError(where + ": \"kind\" must be \"input\" or \"param\", got " + k.dump());
+            }
+            std::optional<Shape> shape;
+            if (spec.contains("shape")) shape = parse_shape(spec["shape"], where, options.max_elements);
+            const bool has_data = spec.contains("data"), has_npy = spec.contains("npy");
+            if (has_data == has_npy) throw GraphError(where + ": give exactly one of \"data\" and \"npy\"");
+            Tensor t;
+            if (has_data) {
+                const Shape s = shape ? *shape : shape_of_data(spec["data"]);
+                if (element_count(s) > options.max_elements)
+                    throw GraphError(where + ": shape (" + shape_str(s) + ") exceeds the element limit");
+                std::vector<double> flat;
+                flat.reserve(element_count(s));
+                flatten(spec["data"], s, 0, flat, where);
+                t = make_tensor(s, flat, dtype);
+            } else {
+                if (!spec["npy"].is_string()) throw GraphError(where + ": \"npy\" must be a path string");
+                const fs::path p = resolve_npy(spec["npy"].get<std::string>(), base_dir, options.allow_outside_paths, where);
+                try {
+                    t = load_npy(p, options.max_elements).cast(dtype);
+                } catch (const IoError& e) {
+                    throw IoError(where + ": " + e.what());
+                }
+                if (shape && *shape != t.shape())
+                    throw ShapeError(where + ": \"shape\" (" + shape_str(*shape) + ") disagrees with " + p.string() +
+                                     " (" + shape_str(t.shape()) + ")");
+            }
+            builder.add_tensor(tname, kind, std::move(t));
+        }
+
+        if (!doc.contains("nodes") || !doc["nodes"].is_array()) throw GraphError("\"nodes\" must be a list");
+        std::size_t index = 0;
+        for (const json& n : doc["nodes"]) {
+            std::string where = "nodes[" + std::to_string(index++) + "]";
+            if (!n.is_object()) throw GraphError(where + ": must be an object");
+            check_keys(n, {"name", "op", "inputs", "attrs"}, where);
+            if (!n.contains("name") || !n["name"].is_string()) throw GraphError(where + ": needs a \"name\" string");
+            const std::string nname = n["name"].get<std::string>();
+            where = "node '" + nname + "'";
+            if (!n.contains("op") || !n["op"].is_string()) throw GraphError(where + ": needs an \"op\" string");
+            const std::string op = n["op"].get<std::string>();
+            const OpDef* def = OpRegistry::instance().find(op);
+            if (!def) {
+                try {
+                    OpRegistry::instance().get(op);
+                } catch (const GraphError& e) {
+                    throw GraphError(where + ": " + e.what());
+                }
+            }
+            where = "node '" + nname + "' (" + op + ")";
+            std::vector<std::string> inputs;
+            if (n.contains("inputs")) {
+                const json& in = n["inputs"];
+                if (!in.is_array() || !std::all_of(in.begin(), in.end(), [](const json& x) { return x.is_string(); }))
+                    throw GraphError(where + ": \"inputs\" must be a list of names");
+                inputs = in.get<std::vector<std::string>>();
+            }
+            std::any attrs = def->parse_attrs(n.contains("attrs") ? n["attrs"] : json(), where);
+            builder.add_node(nname, op, std::move(inputs), std::move(attrs));
+        }
+
+        if (doc.contains("outputs")) {
+            const json& o = doc["outputs"];
+            if (!o.is_array() || !std::all_of(o.begin(), o.end(), [](const json& x) { return x.is_string(); }))
+                throw GraphError("\"outputs\" must be a list of names");
+            for (const auto& out : o) builder.add_output(out.get<std::string>());
+        }
+        return builder.build();
+    } catch (const ShapeError& e) {
+        throw ShapeError(origin + ": " + e.what());
+    } catch (const IoError& e) {
+        throw IoError(origin + ": " + e.what());
+    } catch (const GraphError& e) {
+        throw GraphError(origin + ": " + e.what());
+    } catch (const Error& e) {
+        throw GraphError(origin + ": " + e.what());
+    }
+}
+
+Graph load_graph(const fs::path& path, const LoadOptions& options) {
+    std::error_code ec;
+    if (!fs::is_regular_file(path, ec)) throw IoError(path.string() + ": no such graph file");
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw IoError(path.string() + ": cannot open");
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return parse_graph(ss.str(), path.parent_path(), path.string(), options);
+}
+
+json tensor_to_json(const Tensor& tensor) {
+    const Shape shape = tensor.shape();
+    std::vector<json> level;  // build nested lists from the innermost axis out
+    const std::size_t n = tensor.size();
+    std::vector<json> cur;
+    cur.reserve(n);
+    for (std::size_t i = 0; i < n; ++i) {
+        const double v = tensor.at_flat(i);
+        if (std::isnan(v)) cur.emplace_back("NaN");
+        else if (std::isinf(v)) cur.emplace_back(v > 0 ? "Infinity" : "-Infinity");
+        else if (tensor.dtype() == DType::f32) cur.emplace_back(static_cast<float>(v));
+        else cur.emplace_back(v);
+    }
+    if (shape.empty()) return cur.empty() ? json() : cur[0];
+    for (std::size_t axis = shape.size(); axis-- > 0;) {
+        const std::size_t len = shape[axis];
+        std::vector<json> next;
+        const std::size_t groups = len ? cur.size() / len : element_count(Shape(shape.begin(), shape.begin() + axis));
+        for (std::size_t g = 0; g < groups; ++g) {
+            json arr = json::array();
+            for (std::size_t i = 0; i < len; ++i) arr.push_back(std::move(cur[g * len + i]));
+            next.push_back(std::move(arr));
+        }
+        cur = std::move(next);
+    }
+    return cur.empty() ? json::array() : cur[0];
+}
+
+json graph_to_json(const Graph& graph, const fs::path& weights_dir, const fs::path& graph_dir) {
+    json doc;
+    doc["name"] = graph.name();
+    doc["dtype"] = to_string(graph.dtype());
+    if (!graph.tokens().empty()) doc["tokens"] = graph.tokens();
+    json tensors = json::object();
+    for (const auto& v : graph.values()) {
+        if (!v.data) continue;
+        json t;
+        t["kind"] = to_string(v.kind);
+        t["shape"] = v.shape;
+        if (weights_dir.empty()) {
+            t["data"] = tensor_to_json(*v.data);
+        } else {
+            const fs::path file = weights_dir / (v.name + ".npy");
+            save_npy(file, *v.data);
+            t["npy"] = fs::relative(file, graph_dir.empty() ? fs::path(".") : graph_dir).generic_string();
+        }
+        tensors[v.name] = std::move(t);
+    }
+    doc["tensors"] = std::move(tensors);
+    json nodes = json::array();
+    for (const auto& node : graph.nodes()) {
+        json n;
+        n["name"] = node.name;
+        n["op"] = node.op->name;
+        std::vector<std::string> inputs;
+        for (int id : node.inputs) inputs.push_back(graph.value(id).name);
+        n["inputs"] = inputs;
+        json attrs = node.op->attrs_to_json(node.attrs);
+        if (!attrs.empty()) n["attrs"] = std::move(attrs);
+        nodes.push_back(std::move(n));
+    }
+    doc["nodes"] = std::move(nodes);
+    std::vector<std::string> outputs;
+    for (int id : graph.outputs()) outputs.push_back(graph.value(id).name);
+    doc["outputs"] = outputs;
+    return doc;
+}
+
+}  // namespace attngraph

@@ -1,0 +1,73 @@
+#include "engine/tensor.hpp"
+
+#include <cstring>
+
+#include "engine/error.hpp"
+
+namespace attngraph {
+
+std::string to_string(DType dtype) { return dtype == DType::f32 ? "f32" : "f64"; }
+
+DType parse_dtype(const std::string& text) {
+    if (text == "f32" || text == "float32") return DType::f32;
+    if (text == "f64" || text == "float64") return DType::f64;
+    throw GraphError("unknown dtype '" + text + "' (expected f32 or f64)");
+}
+
+std::string shape_str(const Shape& shape) {
+    if (shape.empty()) return "()";
+    std::string s;
+    for (std::size_t i = 0; i < shape.size(); ++i) {
+        if (i) s += 'x';
+        s += std::to_string(shape[i]);
+    }
+    return s;
+}
+
+std::size_t element_count(const Shape& shape) {
+    std::size_t n = 1;
+    for (auto d : shape) n *= d;
+    return n;
+}
+
+Shape Tensor::shape() const {
+    return visit([](const auto& a) { return Shape(a.shape().begin(), a.shape().end()); });
+}
+
+std::size_t Tensor::size() const {
+    return visit([](const auto& a) { return a.size(); });
+}
+
+Tensor Tensor::cast(DType dtype) const {
+    if (dtype == this->dtype()) return *this;
+    return visit([&](const auto& a) -> Tensor {
+        if (dtype == DType::f32) {
+            Array<float> out = Array<float>::from_shape(a.shape());
+            std::copy(a.begin(), a.end(), out.begin());
+            return out;
+        }
+        Array<double> out = Array<double>::from_shape(a.shape());
+        std::copy(a.begin(), a.end(), out.begin());
+        return out;
+    });
+}
+
+double Tensor::at_flat(std::size_t i) const {
+    return visit([&](const auto& a) { return static_cast<double>(a.data()[i]); });
+}
+
+bool Tensor::operator==(const Tensor& other) const {
+    if (dtype() != other.dtype() || shape() != other.shape()) return false;
+    return visit([&](const auto& a) {
+        using T = typename std::decay_t<decltype(a)>::value_type;
+        const auto& b = other.as<T>();
+        return std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+    });
+}
+
+Tensor zeros(DType dtype, const Shape& shape) {
+    if (dtype == DType::f32) return Tensor(Array<float>(Array<float>::shape_type(shape.begin(), shape.end()), 0.0f));
+    return Tensor(Array<double>(Array<double>::shape_type(shape.begin(), shape.end()), 0.0));
+}
+
+}  // namespace attngraph

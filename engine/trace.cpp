@@ -1,0 +1,299 @@
+#include "engine/trace.hpp"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <random>
+
+#include "engine/error.hpp"
+#include "engine/graph_file.hpp"
+#include "engine/npy.hpp"
+
+namespace attngraph {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+const TraceEntry* Trace::find(const std::string& name) const {
+    for (const auto& e : entries)
+        if (e.name == name) return &e;
+    return nullptr;
+}
+
+Trace make_trace(const Graph& graph, const RunResult& result, const std::vector<std::string>& only) {
+    Trace trace;
+    trace.graph = graph.name();
+    trace.dtype = graph.dtype();
+    trace.tokens = graph.tokens();
+    trace.complete = result.complete;
+    if (!result.complete) trace.note = "stopped at node '" + result.stopped_at + "': " + result.stop_reason;
+
+    std::vector<bool> done(graph.values().size(), false);
+    auto add = [&](int id, const Node* node) {
+        const auto u = static_cast<std::size_t>(id);
+        if (done[u] || !result.values[u] || !matches_any(graph.value(id).name, only)) return;
+        done[u] = true;
+        const ValueInfo& v = graph.value(id);
+        TraceEntry e;
+        e.name = v.name;
+        e.kind = to_string(v.kind);
+        e.shape = v.shape;
+        e.dtype = graph.dtype();
+        e.data = result.values[u];
+        if (node) {
+            e.op = node->op->name;
+            for (int in : node->inputs) e.inputs.push_back(graph.value(in).name);
+            e.formula = graph.formula(*node);
+            e.seconds = result.seconds[static_cast<std::size_t>(v.producer)];
+        }
+        trace.entries.push_back(std::move(e));
+    };
+    for (const Node& node : graph.nodes()) {
+        for (int id : node.inputs)
+            if (graph.value(id).data) add(id, nullptr);
+        for (int id : node.outputs) add(id, &node);
+    }
+    for (std::size_t id = 0; id < graph.values().size(); ++id)
+        if (graph.values()[id].data) add(static_cast<int>(id), nullptr);  // tensors no node reads
+    return trace;
+}
+
+TraceFormat parse_trace_format(const std::string& text) {
+    if (text == "npy") return TraceFormat::npy;
+    if (text == "text") return TraceFormat::text;
+    if (text == "json") return TraceFormat::json;
+    throw Error("unknown trace format '" + text + "' (expected npy, text or json)");
+}
+
+// ---- text ------------------------------------------------------------------------------
+
+namespace {
+
+// Display width of UTF-8 text: East Asian wide characters take two columns.
+std::size_t display_width(const std::string& s) {
+    std::size_t w = 0;
+    for (std::size_t i = 0; i < s.size();) {
+        const unsigned char c = static_cast<unsigned char>(s[i]);
+        std::size_t len = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+        unsigned cp = c;
+        if (len > 1) {
+            cp = c & (0xFF >> (len + 1));
+            for (std::size_t k = 1; k < len && i + k < s.size(); ++k) cp = (cp << 6) | (s[i + k] & 0x3F);
+        }
+        w += (cp >= 0x1100 && (cp <= 0x115F || (cp >= 0x2E80 && cp <= 0xA4CF) || (cp >= 0xAC00 && cp <= 0xD7A3) ||
+                               (cp >= 0xF900 && cp <= 0xFAFF) || (cp >= 0xFF00 && cp <= 0xFF60) ||
+                               (cp >= 0x20000 && cp <= 0x3FFFD)))
+                 ? 2
+                 : 1;
+        i += len;
+    }
+    return w;
+}
+
+std::string pad_left(const std::string& s, std::size_t width) {
+    const std::size_t w = display_width(s);
+    return w >= width ? s : std::string(width - w, ' ') + s;
+}
+std::string pad_right(const std::string& s, std::size_t width) {
+    const std::size_t w = display_width(s);
+    return w >= width ? s : s + std::string(width - w, ' ');
+}
+
+std::string number6(double v) {
+    if (std::isnan(v)) return "nan";
+    if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.6f", v);
+    return std::string(buf) == "-0.000000" ? "0.000000" : buf;
+}
+
+std::string matrix_text(const Tensor& t, const Shape& shape, const std::vector<std::string>& tokens, bool label) {
+    std::string out;
+    const std::size_t rank = shape.size();
+    const std::size_t rows = rank >= 2 ? shape[rank - 2] : 1;
+    const std::size_t cols = rank >= 1 ? shape[rank - 1] : 1;
+    const bool row_labels = label && rank >= 2 && !tokens.empty() && rows == tokens.size();
+    const bool col_labels = label && rank >= 1 && !tokens.empty() && cols == tokens.size();
+    const std::size_t slices = rows * cols ? t.size() / (rows * cols) : 0;
+    std::size_t width = 10;
+    for (std::size_t i = 0; i < t.size(); ++i) width = std::max(width, number6(t.at_flat(i)).size() + 2);
+    std::size_t label_width = 0;
+    if (row_labels)
+        for (const auto& tok : tokens) label_width = std::max(label_width, display_width(tok) + 2);
+    for (std::size_t s = 0; s < slices; ++s) {
+        if (rank > 2) {
+            std::string idx = "[";
+            std::size_t rem = s;
+            std::vector<std::size_t> ix(rank - 2);
+            for (std::size_t a = rank - 2; a-- > 0;) {
+                ix[a] = rem % shape[a];
+                rem /= shape[a];
+            }
+            for (auto i : ix) idx += std::to_string(i) + ", ";
+            out += idx + ":, :]\n";
+        }
+        if (col_labels) {
+            out += std::string(label_width, ' ');
+            for (const auto& tok : tokens) out += pad_left(tok, width);
+            out += '\n';
+        }
+        for (std::size_t r = 0; r < rows; ++r) {
+            if (row_labels) out += pad_right(tokens[r], label_width);
+            for (std::size_t c = 0; c < cols; ++c) out += pad_left(number6(t.at_flat((s * rows + r) * cols + c)), width);
+            out += '\n';
+        }
+    }
+    if (t.size() == 0) out += "(empty)\n";
+    return out;
+}
+
+}  // namespace
+
+std::string entry_text(const Trace& trace, const TraceEntry& e) {
+    std::string out = e.name + " (" + shape_str(e.shape) + ")";
+    if (e.op.empty()) {
+        out += " = " + e.kind + "\n";
+    } else {
+        char ms[32];
+        std::snprintf(ms, sizeof ms, "%.3f ms", e.seconds * 1e3);
+        out += " = " + e.formula + "    [" + e.op + ", " + ms + "]\n";
+    }
+    if (e.data) out += matrix_text(*e.data, e.shape, trace.tokens, e.kind != "param");
+    return out;
+}
+
+std::string trace_text(const Trace& trace) {
+    std::string out = "# trace of graph '" + trace.graph + "' (" + to_string(trace.dtype) + ")";
+    if (!trace.tokens.empty()) {
+        out += ", tokens:";
+        for (const auto& t : trace.tokens) out += " " + t;
+    }
+    out += "\n";
+    if (!trace.complete) out += "# INCOMPLETE: " + trace.note + "\n";
+    for (const auto& e : trace.entries) out += "\n" + entry_text(trace, e);
+    return out;
+}
+
+// ---- json / manifest ----------------------------------------------------------------------
+
+static json entry_record(const TraceEntry& e) {
+    json r;
+    r["name"] = e.name;
+    r["kind"] = e.kind;
+    if (!e.op.empty()) {
+        r["op"] = e.op;
+        r["inputs"] = e.inputs;
+        r["formula"] = e.formula;
+        r["seconds"] = e.seconds;
+    }
+    r["shape"] = e.shape;
+    r["dtype"] = to_string(e.dtype);
+    return r;
+}
+
+static json trace_header(const Trace& trace) {
+    json j;
+    j["graph"] = trace.graph;
+    j["dtype"] = to_string(trace.dtype);
+    j["tokens"] = trace.tokens;
+    j["complete"] = trace.complete;
+    if (!trace.complete) j["note"] = trace.note;
+    return j;
+}
+
+json trace_json(const Trace& trace) {
+    json j = trace_header(trace);
+    json entries = json::array();
+    for (const auto& e : trace.entries) {
+        json r = entry_record(e);
+        if (e.data) r["data"] = tensor_to_json(*e.data);
+        entries.push_back(std::move(r));
+    }
+    j["entries"] = std::move(entries);
+    return j;
+}
+
+json trace_manifest(const Trace& trace, TraceFormat format) {
+    json j = trace_header(trace);
+    j["format"] = format == TraceFormat::npy ? "npy" : format == TraceFormat::text ? "text" : "json";
+    json entries = json::array();
+    for (const auto& e : trace.entries) {
+        json r = entry_record(e);
+        if (format == TraceFormat::npy) r["file"] = e.name + ".npy";
+        entries.push_back(std::move(r));
+    }
+    j["entries"] = std::move(entries);
+    return j;
+}
+
+// ---- writing --------------------------------------------------------------------------
+
+void check_output_dir(const fs::path& dir, bool force) {
+    std::error_code ec;
+    if (fs::exists(dir, ec) && !fs::is_directory(dir, ec))
+        throw IoError(dir.string() + ": exists and is not a directory");
+    if (fs::is_directory(dir, ec) && !fs::is_empty(dir, ec) && !force)
+        throw IoError(dir.string() + ": directory exists and is not empty (use --force to replace it)");
+}
+
+void write_directory_atomically(const fs::path& dir, bool force, const std::function<void(const fs::path&)>& fill) {
+    check_output_dir(dir, force);
+    const fs::path target = fs::absolute(dir).lexically_normal();
+    const fs::path parent = target.parent_path();
+    std::error_code ec;
+    fs::create_directories(parent, ec);
+    if (ec) throw IoError(parent.string() + ": cannot create (" + ec.message() + ")");
+    std::random_device rd;
+    const fs::path tmp = parent / ("." + target.filename().string() + ".tmp-" + std::to_string(::getpid()) + "-" +
+                                   std::to_string(rd() % 1000000));
+    fs::create_directory(tmp, ec);
+    if (ec) throw IoError(tmp.string() + ": cannot create (" + ec.message() + ")");
+    try {
+        fill(tmp);
+    } catch (...) {
+        fs::remove_all(tmp, ec);
+        throw;
+    }
+    fs::path old;
+    if (fs::exists(target, ec)) {
+        old = parent / ("." + target.filename().string() + ".old-" + std::to_string(::getpid()));
+        fs::rename(target, old, ec);
+        if (ec) {
+            fs::remove_all(tmp, ec);
+            throw IoError(target.string() + ": cannot replace (" + ec.message() + ")");
+        }
+    }
+    fs::rename(tmp, target, ec);
+    if (ec) {
+        const std::string msg = ec.message();
+        if (!old.empty()) fs::rename(old, target, ec);
+        fs::remove_all(tmp, ec);
+        throw IoError(target.string() + ": cannot move the finished directory into place (" + msg + ")");
+    }
+    if (!old.empty()) fs::remove_all(old, ec);
+}
+
+static void write_file(const fs::path& path, const std::string& text) {
+    std::ofstream out(path, std::ios::binary);
+    out << text;
+    out.close();
+    if (!out) throw IoError(path.string() + ": write failed");
+}
+
+void write_trace(const Trace& trace, const fs::path& dir, TraceFormat format, bool force) {
+    write_directory_atomically(dir, force, [&](const fs::path& tmp) {
+        if (format == TraceFormat::npy) {
+            for (const auto& e : trace.entries)
+                if (e.data) save_npy(tmp / (e.name + ".npy"), *e.data);
+        } else if (format == TraceFormat::text) {
+            write_file(tmp / "trace.txt", trace_text(trace));
+        } else {
+            write_file(tmp / "trace.json", trace_json(trace).dump(1) + "\n");
+        }
+        write_file(tmp / "manifest.json", trace_manifest(trace, format).dump(2) + "\n");
+    });
+}
+
+}  // namespace attngraph

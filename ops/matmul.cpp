@@ -1,0 +1,71 @@
+// MatMul: c = a·b over the last two axes, batched over the leading axes with numpy
+// broadcasting. Legend: a is (..., m, k), b is (..., k, n), c is (batch..., m, n).
+#include "engine/gemm.hpp"
+#include "engine/parallel.hpp"
+#include "ops/common.hpp"
+#include "ops/ops.hpp"
+
+namespace attngraph::ops {
+struct MatMulAttrs {};
+}  // namespace attngraph::ops
+BOOST_HANA_ADAPT_STRUCT(attngraph::ops::MatMulAttrs);
+
+namespace attngraph::ops {
+
+struct MatMul {
+    static constexpr const char* name = "MatMul";
+    static constexpr int min_inputs = 2, max_inputs = 2;
+    using Attrs = MatMulAttrs;
+
+    static Shape batch_of(const Shape& s) { return Shape(s.begin(), s.end() - 2); }
+
+    static Shape infer_shape(const Attrs&, const std::vector<Shape>& in) {
+        const Shape& a = in[0];
+        const Shape& b = in[1];
+        if (a.size() < 2 || b.size() < 2)
+            throw ShapeError("both operands need at least 2 axes, got (" + shape_str(a) + ") · (" + shape_str(b) + ")");
+        if (a[a.size() - 1] != b[b.size() - 2])
+            throw ShapeError("inner dimensions differ: (" + shape_str(a) + ") · (" + shape_str(b) + ")");
+        Shape c;
+        try {
+            c = broadcast_shapes(batch_of(a), batch_of(b));
+        } catch (const ShapeError&) {
+            throw ShapeError("batch axes do not broadcast: (" + shape_str(a) + ") · (" + shape_str(b) + ")");
+        }
+        c.push_back(a[a.size() - 2]);
+        c.push_back(b[b.size() - 1]);
+        return c;
+    }
+
+    static std::string formula(const Attrs&, const std::vector<std::string>& v) { return v[0] + " · " + v[1]; }
+
+    template <class T>
+    static void forward(const Attrs&, In<T> in, Out<T> out) {
+        const Shape as(in[0]->shape().begin(), in[0]->shape().end());
+        const Shape bs(in[1]->shape().begin(), in[1]->shape().end());
+        const Shape cs(out[0]->shape().begin(), out[0]->shape().end());
+        const std::size_t m = as[as.size() - 2], k = as.back(), n = bs.back();
+        const Shape batch = batch_of(cs);
+        const std::size_t batches = element_count(batch);
+        const auto sa = broadcast_strides(batch_of(as), batch);
+        const auto sb = broadcast_strides(batch_of(bs), batch);
+        const T* a = in[0]->data();
+        const T* b = in[1]->data();
+        T* c = out[0]->data();
+        parallel_chunks(batches, 1, [&](std::size_t b0, std::size_t b1) {
+            for (std::size_t i = b0; i < b1; ++i) {
+                const T* ai = a + broadcast_offset(i, batch, sa) * m * k;
+                const T* bi = b + broadcast_offset(i, batch, sb) * k * n;
+                gemm<T>(false, false, m, n, k, T(1), ai, k, bi, n, T(0), c + i * m * n, n);
+            }
+        });
+    }
+};
+
+OpDef matmul_op() { return make_op_def<MatMul>(); }
+
+}  // namespace attngraph::ops
+
+namespace attngraph {
+Value matmul(const Value& a, const Value& b) { return a.builder().node("MatMul", {a, b}, ops::MatMulAttrs{}); }
+}  // namespace attngraph

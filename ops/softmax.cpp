@@ -1,0 +1,79 @@
+// Softmax along one axis, numerically stable: y = exp(x - max) / sum(exp(x - max)).
+// Legend: x and y have the same shape; seen as (outer, len, inner) around `axis`.
+// A row whose every entry is -inf (fully masked) gives all zeros, not NaN.
+#include "engine/parallel.hpp"
+#include "ops/common.hpp"
+#include "ops/ops.hpp"
+
+namespace attngraph::ops {
+struct SoftmaxAttrs {
+    int axis = -1;
+};
+}  // namespace attngraph::ops
+BOOST_HANA_ADAPT_STRUCT(attngraph::ops::SoftmaxAttrs, axis);
+
+namespace attngraph::ops {
+
+struct Softmax {
+    static constexpr const char* name = "Softmax";
+    static constexpr int min_inputs = 1, max_inputs = 1;
+    using Attrs = SoftmaxAttrs;
+
+    static Shape infer_shape(const Attrs& a, const std::vector<Shape>& in) {
+        normalize_axis(a.axis, in[0].size());
+        return in[0];
+    }
+
+    static std::string formula(const Attrs& a, const std::vector<std::string>& v) {
+        return "softmax(" + v[0] + (a.axis == -1 ? "" : ", axis=" + std::to_string(a.axis)) + ")";
+    }
+
+    struct Layout {
+        std::size_t outer, len, inner;
+    };
+    static Layout layout(const Shape& s, int axis) {
+        const std::size_t ax = normalize_axis(axis, s.size());
+        Layout l{1, s[ax], 1};
+        for (std::size_t i = 0; i < ax; ++i) l.outer *= s[i];
+        for (std::size_t i = ax + 1; i < s.size(); ++i) l.inner *= s[i];
+        return l;
+    }
+
+    template <class T>
+    static void forward(const Attrs& a, In<T> in, Out<T> out) {
+        const Shape shape(in[0]->shape().begin(), in[0]->shape().end());
+        const Layout l = layout(shape, a.axis);
+        const T* x = in[0]->data();
+        T* y = out[0]->data();
+        const std::size_t rows = l.outer * l.inner;
+        parallel_chunks(rows, grain_for(l.len * 8), [&](std::size_t r0, std::size_t r1) {
+            for (std::size_t r = r0; r < r1; ++r) {
+                const std::size_t base = (r / l.inner) * l.len * l.inner + r % l.inner;
+                const T* xr = x + base;
+                T* yr = y + base;
+                T mx = -std::numeric_limits<T>::infinity();
+                for (std::size_t i = 0; i < l.len; ++i) mx = std::max(mx, xr[i * l.inner]);
+                if (mx == -std::numeric_limits<T>::infinity()) {  // every position masked
+                    for (std::size_t i = 0; i < l.len; ++i) yr[i * l.inner] = T(0);
+                    continue;
+                }
+                T sum = 0;
+                for (std::size_t i = 0; i < l.len; ++i) {
+                    const T e = std::exp(xr[i * l.inner] - mx);
+                    yr[i * l.inner] = e;
+                    sum += e;
+                }
+                const T inv = T(1) / sum;
+                for (std::size_t i = 0; i < l.len; ++i) yr[i * l.inner] *= inv;
+            }
+        });
+    }
+};
+
+OpDef softmax_op() { return make_op_def<Softmax>(); }
+
+}  // namespace attngraph::ops
+
+namespace attngraph {
+Value softmax(const Value& x, int axis) { return x.builder().node("Softmax", {x}, ops::SoftmaxAttrs{axis}); }
+}  // namespace attngraph

@@ -1,0 +1,94 @@
+#pragma once
+// Test helpers: paths, the seed document's reference values, running the CLI.
+#include <cstdio>
+#include <cstdlib>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/tensor.hpp"
+
+namespace attngraph::test {
+
+inline std::filesystem::path source_dir() { return ATTNGRAPH_SOURCE_DIR; }
+inline std::filesystem::path seed_graph() { return source_dir() / "graphs" / "seed_mha.json"; }
+
+/// The seed document's matrices (tests/data/seed_values.json, copied from the document).
+inline const nlohmann::json& seed_values() {
+    static const nlohmann::json values = [] {
+        std::ifstream in(source_dir() / "tests" / "data" / "seed_values.json");
+        return nlohmann::json::parse(in);
+    }();
+    return values;
+}
+
+/// Largest |a - b| over two tensors of the same shape (as double); +inf on shape mismatch.
+inline double max_abs_diff(const Tensor& a, const Tensor& b) {
+    if (a.shape() != b.shape()) return INFINITY;
+    double m = 0;
+    for (std::size_t i = 0; i < a.size(); ++i) m = std::max(m, std::abs(a.at_flat(i) - b.at_flat(i)));
+    return m;
+}
+
+/// Largest |tensor - reference| against a 2-D list of numbers; +inf on shape mismatch.
+inline double max_abs_diff(const Tensor& t, const nlohmann::json& rows) {
+    const Shape s = t.shape();
+    if (s.size() != 2 || s[0] != rows.size() || s[1] != rows[0].size()) return INFINITY;
+    double m = 0;
+    for (std::size_t i = 0; i < s[0]; ++i)
+        for (std::size_t j = 0; j < s[1]; ++j) m = std::max(m, std::abs(t.at_flat(i * s[1] + j) - rows[i][j].get<double>()));
+    return m;
+}
+
+struct CliResult {
+    int code = -1;
+    std::string out, err;
+};
+
+/// Runs the attngraph program with `args` (a shell-quoted string) in `cwd`.
+inline CliResult run_cli(const std::string& args, const std::filesystem::path& cwd = std::filesystem::current_path()) {
+    static int counter = 0;
+    const auto base = std::filesystem::temp_directory_path() /
+                      ("attngraph-cli-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
+    const std::string out = base.string() + ".out", err = base.string() + ".err";
+    const std::string cmd = "cd '" + cwd.string() + "' && '" + std::string(ATTNGRAPH_CLI) + "' " + args + " >'" + out +
+                            "' 2>'" + err + "' </dev/null";
+    const int status = std::system(cmd.c_str());
+    CliResult r;
+    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    auto slurp = [](const std::string& p) {
+        std::ifstream in(p);
+        std::stringstream ss;
+        ss << in.rdbuf();
+        return ss.str();
+    };
+    r.out = slurp(out);
+    r.err = slurp(err);
+    std::filesystem::remove(out);
+    std::filesystem::remove(err);
+    return r;
+}
+
+/// A fresh empty directory under the system temp dir, removed by the destructor.
+struct TempDir {
+    std::filesystem::path path;
+    TempDir() {
+        static int counter = 0;
+        path = std::filesystem::temp_directory_path() /
+               ("attngraph-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
+        std::filesystem::remove_all(path);
+        std::filesystem::create_directories(path);
+    }
+    ~TempDir() {
+        std::error_code ec;
+        std::filesystem::remove_all(path, ec);
+    }
+};
+
+}  // namespace attngraph::test
