@@ -22,6 +22,39 @@ const TraceEntry* Trace::find(const std::string& name) const {
     return nullptr;
 }
 
+// Rows of a Softmax output (along its axis) that are all zeros: a softmax row sums to 1
+// unless every input was -inf, so these are exactly the fully masked rows.
+static std::vector<Shape> zero_softmax_rows(const Node& node, const Tensor& y, const Shape& shape) {
+    std::vector<Shape> rows;
+    if (shape.empty()) return rows;
+    const json attrs = node.op->attrs_to_json(node.attrs);
+    long axis = attrs.contains("axis") ? attrs["axis"].get<long>() : -1;
+    if (axis < 0) axis += static_cast<long>(shape.size());
+    if (axis < 0 || axis >= static_cast<long>(shape.size())) return rows;
+    const auto ax = static_cast<std::size_t>(axis);
+    std::size_t outer = 1, inner = 1;
+    for (std::size_t i = 0; i < ax; ++i) outer *= shape[i];
+    for (std::size_t i = ax + 1; i < shape.size(); ++i) inner *= shape[i];
+    const std::size_t len = shape[ax];
+    if (len == 0) return rows;
+    for (std::size_t r = 0; r < outer * inner; ++r) {
+        const std::size_t base = (r / inner) * len * inner + r % inner;
+        bool zero = true;
+        for (std::size_t k = 0; zero && k < len; ++k) zero = y.at_flat(base + k * inner) == 0.0;
+        if (!zero) continue;
+        Shape index(shape.size() - 1);
+        std::size_t rem = r;
+        for (std::size_t i = shape.size(); i-- > 0;) {
+            if (i == ax) continue;
+            const std::size_t slot = i > ax ? i - 1 : i;
+            index[slot] = rem % shape[i];
+            rem /= shape[i];
+        }
+        rows.push_back(std::move(index));
+    }
+    return rows;
+}
+
 Trace make_trace(const Graph& graph, const RunResult& result, const std::vector<std::string>& only) {
     Trace trace;
     trace.graph = graph.name();
@@ -47,6 +80,7 @@ Trace make_trace(const Graph& graph, const RunResult& result, const std::vector<
             for (int in : node->inputs) e.inputs.push_back(graph.value(in).name);
             e.formula = graph.formula(*node);
             e.seconds = result.seconds[static_cast<std::size_t>(v.producer)];
+            if (e.op == "Softmax") e.fully_masked_rows = zero_softmax_rows(*node, *e.data, e.shape);
         }
         trace.entries.push_back(std::move(e));
     };
@@ -160,6 +194,14 @@ std::string entry_text(const Trace& trace, const TraceEntry& e) {
         std::snprintf(ms, sizeof ms, "%.3f ms", e.seconds * 1e3);
         out += " = " + e.formula + "    [" + e.op + ", " + ms + "]\n";
     }
+    const std::size_t max_notes = 16;
+    for (std::size_t k = 0; k < e.fully_masked_rows.size() && k < max_notes; ++k) {
+        std::string index;
+        for (std::size_t i : e.fully_masked_rows[k]) index += (index.empty() ? "" : ", ") + std::to_string(i);
+        out += "  note: row [" + index + "] fully masked -> zeros\n";
+    }
+    if (e.fully_masked_rows.size() > max_notes)
+        out += "  note: ... " + std::to_string(e.fully_masked_rows.size() - max_notes) + " more fully masked rows\n";
     if (e.data) out += matrix_text(*e.data, e.shape, trace.tokens, e.kind != "param");
     return out;
 }
@@ -190,6 +232,7 @@ static json entry_record(const TraceEntry& e) {
     }
     r["shape"] = e.shape;
     r["dtype"] = to_string(e.dtype);
+    if (!e.fully_masked_rows.empty()) r["fully_masked_rows"] = e.fully_masked_rows;
     return r;
 }
 

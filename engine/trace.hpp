@@ -26,6 +26,9 @@ struct TraceEntry {
     DType dtype = DType::f32;
     double seconds = 0;                ///< forward wall time (nodes only)
     std::shared_ptr<const Tensor> data;
+    /// Softmax nodes: the rows (index without the softmax axis) whose every input was -inf
+    /// (fully masked), which the softmax gives as all zeros.
+    std::vector<Shape> fully_masked_rows;
 };
 
 /// @brief The traced values of one run, leaf tensors first-use ordered before the nodes

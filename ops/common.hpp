@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "engine/error.hpp"
+#include "engine/parallel.hpp"
 #include "engine/op.hpp"
 #include "engine/tensor.hpp"
 
@@ -54,6 +55,81 @@ inline std::size_t broadcast_offset(std::size_t flat, const Shape& target, const
         flat /= target[i];
     }
     return offset;
+}
+
+/// Checks that `perm` permutes the axes of a rank-`rank` array (negative axes allowed);
+/// returns it normalized. Throws ShapeError.
+inline std::vector<std::size_t> checked_permutation(const std::vector<int>& perm, std::size_t rank) {
+    if (perm.size() != rank)
+        throw ShapeError("perm has " + std::to_string(perm.size()) + " entries for rank " + std::to_string(rank));
+    std::vector<std::size_t> p(rank);
+    std::vector<bool> seen(rank, false);
+    for (std::size_t i = 0; i < rank; ++i) {
+        p[i] = normalize_axis(perm[i], rank);
+        if (seen[p[i]]) throw ShapeError("perm repeats axis " + std::to_string(p[i]));
+        seen[p[i]] = true;
+    }
+    return p;
+}
+
+/// The inverse permutation: inverse[p[i]] = i.
+inline std::vector<std::size_t> inverse_permutation(const std::vector<std::size_t>& p) {
+    std::vector<std::size_t> inv(p.size());
+    for (std::size_t i = 0; i < p.size(); ++i) inv[p[i]] = i;
+    return inv;
+}
+
+/// y = x with axes permuted (y.shape[i] = x.shape[p[i]]), or y += that when `accumulate`.
+/// y must already have the permuted shape. Fixed row chunks: the same bits for any thread count.
+template <class T>
+void permute_axes(const Array<T>& x, const std::vector<std::size_t>& p, Array<T>& y, bool accumulate = false) {
+    const std::size_t rank = x.dimension();
+    if (rank == 0) {
+        y.data()[0] = (accumulate ? y.data()[0] : T(0)) + x.data()[0];
+        return;
+    }
+    // walk y in order; the stride of y's axis i in x is x.stride[p[i]]
+    std::vector<std::size_t> xs(rank), ys(rank);
+    for (std::size_t i = 0; i < rank; ++i) {
+        xs[i] = static_cast<std::size_t>(x.strides()[p[i]]);
+        ys[i] = y.shape()[i];
+    }
+    const std::size_t cols = rank ? ys[rank - 1] : 1;
+    const std::size_t rows = rank ? y.size() / (cols ? cols : 1) : 1;
+    const std::size_t step = rank ? xs[rank - 1] : 0;
+    const T* xd = x.data();
+    T* yd = y.data();
+    parallel_chunks(rows, grain_for(cols), [&](std::size_t r0, std::size_t r1) {
+        for (std::size_t r = r0; r < r1; ++r) {
+            std::size_t off = 0, rem = r;
+            for (std::size_t i = rank - 1; i-- > 0;) {
+                off += (rem % ys[i]) * xs[i];
+                rem /= ys[i];
+            }
+            if (accumulate)
+                for (std::size_t c = 0; c < cols; ++c) yd[r * cols + c] += xd[off + c * step];
+            else
+                for (std::size_t c = 0; c < cols; ++c) yd[r * cols + c] = xd[off + c * step];
+        }
+    });
+}
+
+/// An array seen as (outer, len, inner) around one axis.
+struct AxisLayout {
+    std::size_t outer = 1, len = 1, inner = 1;
+};
+inline AxisLayout axis_layout(const Shape& s, std::size_t axis) {
+    AxisLayout l;
+    l.len = s[axis];
+    for (std::size_t i = 0; i < axis; ++i) l.outer *= s[i];
+    for (std::size_t i = axis + 1; i < s.size(); ++i) l.inner *= s[i];
+    return l;
+}
+
+/// The shape of an xtensor array as a Shape.
+template <class T>
+Shape shape_of(const Array<T>& a) {
+    return Shape(a.shape().begin(), a.shape().end());
 }
 
 /// A number as a formula shows it: up to 6 decimals, trailing zeros dropped.

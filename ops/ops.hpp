@@ -1,6 +1,7 @@
 #pragma once
 // The C++ face of every op: functions that add a node to the value's graph, so that graph
 // code reads like the math. One line per op; each is defined in its op's file.
+#include <string>
 #include <vector>
 
 #include "engine/builder.hpp"
@@ -21,5 +22,23 @@ Value scale(const Value& x, double factor);
 Value softmax(const Value& x, int axis = -1);
 /// Concatenation along `axis`.
 Value concat(const std::vector<Value>& xs, int axis = -1);
+/// a + b with numpy broadcasting.
+Value add(const Value& a, const Value& b);
+/// x with masked positions set to -inf: keys j > i (causal); outside the window |i - j| < w
+/// (or 0 <= i - j < w when causal); keys j >= lengths[b] of sequence b (padding, batch axis 0);
+/// where `keep` (broadcast to x) is zero.
+Value mask_causal(const Value& x);
+Value mask_window(const Value& x, int window, bool causal = false);
+Value mask_padding(const Value& x, std::vector<int> lengths);
+Value mask(const Value& x, const Value& keep);
+/// x[start:end] along `axis`.
+Value slice(const Value& x, int axis, int start, int end);
+/// `parts` equal pieces, or pieces of the listed `sizes`, along `axis`; the node is `name`.
+std::vector<Value> split(const Value& x, int parts, int axis = -1, const std::string& name = "");
+std::vector<Value> split(const Value& x, std::vector<int> sizes, int axis = -1, const std::string& name = "");
+/// x's elements in a new shape; one entry may be -1.
+Value reshape(const Value& x, std::vector<int> shape);
+/// Axes permuted: y.shape[i] = x.shape[perm[i]].
+Value permute(const Value& x, std::vector<int> perm);
 
 }  // namespace attngraph

@@ -4,7 +4,7 @@
 namespace attngraph {
 
 namespace ops {
-#define ATTNGRAPH_OPS(X) X(linear) X(transpose) X(matmul) X(scale) X(softmax) X(concat)
+#define ATTNGRAPH_OPS(X) X(linear) X(transpose) X(matmul) X(scale) X(softmax) X(concat) X(add) X(mask) X(slice) X(split) X(reshape) X(permute)
 #define ATTNGRAPH_DECLARE(op) OpDef op##_op();
 ATTNGRAPH_OPS(ATTNGRAPH_DECLARE)
 #undef ATTNGRAPH_DECLARE

@@ -20,20 +20,9 @@ struct Transpose {
 
     /// The permutation in effect: `perm`, or the last two axes swapped.
     static std::vector<std::size_t> permutation(const Attrs& a, std::size_t rank) {
-        std::vector<std::size_t> p(rank);
-        if (a.perm) {
-            if (a.perm->size() != rank)
-                throw ShapeError("perm has " + std::to_string(a.perm->size()) + " entries for rank " +
-                                 std::to_string(rank));
-            std::vector<bool> seen(rank, false);
-            for (std::size_t i = 0; i < rank; ++i) {
-                p[i] = normalize_axis((*a.perm)[i], rank);
-                if (seen[p[i]]) throw ShapeError("perm repeats axis " + std::to_string(p[i]));
-                seen[p[i]] = true;
-            }
-            return p;
-        }
+        if (a.perm) return checked_permutation(*a.perm, rank);
         if (rank < 2) throw ShapeError("needs at least 2 axes, got (" + std::to_string(rank) + "-D)");
+        std::vector<std::size_t> p(rank);
         for (std::size_t i = 0; i < rank; ++i) p[i] = i;
         std::swap(p[rank - 1], p[rank - 2]);
         return p;
@@ -55,31 +44,7 @@ struct Transpose {
 
     template <class T>
     static void forward(const Attrs& a, In<T> in, Out<T> out) {
-        const Array<T>& x = *in[0];
-        Array<T>& y = *out[0];
-        const std::size_t rank = x.dimension();
-        const auto p = permutation(a, rank);
-        // y[i0..] = x[...]: walk y in order; stride of y's axis i in x is x.stride[p[i]]
-        std::vector<std::size_t> xs(rank), ys(rank);
-        for (std::size_t i = 0; i < rank; ++i) {
-            xs[i] = static_cast<std::size_t>(x.strides()[p[i]]);
-            ys[i] = y.shape()[i];
-        }
-        const std::size_t rows = rank ? y.size() / (ys[rank - 1] ? ys[rank - 1] : 1) : 1;
-        const std::size_t cols = rank ? ys[rank - 1] : 1;
-        const T* xd = x.data();
-        T* yd = y.data();
-        parallel_chunks(rows, grain_for(cols), [&](std::size_t r0, std::size_t r1) {
-            for (std::size_t r = r0; r < r1; ++r) {
-                std::size_t off = 0, rem = r;
-                for (std::size_t i = rank - 1; i-- > 0;) {
-                    off += (rem % ys[i]) * xs[i];
-                    rem /= ys[i];
-                }
-                const std::size_t step = rank ? xs[rank - 1] : 0;
-                for (std::size_t c = 0; c < cols; ++c) yd[r * cols + c] = xd[off + c * step];
-            }
-        });
+        permute_axes(*in[0], permutation(a, in[0]->dimension()), *out[0]);
     }
 };
 

@@ -1,0 +1,143 @@
+// attngraph new VARIANT [--batch B] --seq N [--kv-seq M] --d-model D --heads H [--groups G]
+//                       [--window W] [--causal] [--kv-lengths L,..] [--seed S] [--dtype f32|f64]
+//                       -o FILE.json [--weights-dir DIR] [--force]
+// attngraph new --list
+#include <unistd.h>
+
+#include <fstream>
+#include <iostream>
+
+#include "cli/common.hpp"
+#include "engine/error.hpp"
+#include "engine/trace.hpp"
+#include "graphs/variants.hpp"
+
+namespace attngraph::cli {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct NewArgs {
+    std::string variant;
+    bool list = false;
+    graphs::VariantConfig config;
+    std::vector<int> lengths;
+    std::string dtype = "f32";
+    std::string output;
+    std::string weights_dir;
+    bool force = false;
+};
+
+// Writes `text` to `path` through a temporary sibling renamed into place.
+void write_file_atomically(const fs::path& path, const std::string& text) {
+    const fs::path target = fs::absolute(path);
+    const fs::path tmp = target.parent_path() / ("." + target.filename().string() + ".tmp-" + std::to_string(::getpid()));
+    {
+        std::ofstream out(tmp, std::ios::binary);
+        out << text;
+        out.close();
+        if (!out) {
+            std::error_code ec;
+            fs::remove(tmp, ec);
+            throw IoError(path.string() + ": cannot write");
+        }
+    }
+    std::error_code ec;
+    fs::rename(tmp, target, ec);
+    if (ec) {
+        const std::string msg = ec.message();
+        fs::remove(tmp, ec);
+        throw IoError(path.string() + ": cannot move into place (" + msg + ")");
+    }
+}
+
+// The command line that makes this graph again, stored as the file's "description".
+std::string command_line(const NewArgs& a) {
+    const auto& c = a.config;
+    std::string s = "attngraph new " + a.variant;
+    if (c.batch) s += " --batch " + std::to_string(c.batch);
+    s += " --seq " + std::to_string(c.seq);
+    if (c.kv_seq) s += " --kv-seq " + std::to_string(c.kv_seq);
+    s += " --d-model " + std::to_string(c.d_model) + " --heads " + std::to_string(c.heads);
+    if (c.groups) s += " --groups " + std::to_string(c.groups);
+    if (c.window) s += " --window " + std::to_string(c.window);
+    if (c.causal) s += " --causal";
+    if (!c.lengths.empty()) {
+        s += " --kv-lengths ";
+        for (std::size_t i = 0; i < c.lengths.size(); ++i) s += (i ? "," : "") + std::to_string(c.lengths[i]);
+    }
+    s += " --seed " + std::to_string(c.seed);
+    if (a.dtype != "f32") s += " --dtype " + a.dtype;
+    return s;
+}
+
+void run_new(NewArgs& a) {
+    if (a.list) {
+        for (const auto& v : graphs::variant_list()) std::printf("%-16s %s\n", v.name.c_str(), v.description.c_str());
+        return;
+    }
+    if (a.variant.empty()) throw Error("new: name a VARIANT (attngraph new --list shows them)");
+    if (a.output.empty()) throw Error("new: -o FILE.json is required");
+    if (a.config.seq == 0) throw Error("new: --seq N (N >= 1) is required");
+    if (a.config.d_model == 0) throw Error("new: --d-model D (D >= 1) is required");
+    if (a.config.heads == 0) throw Error("new: --heads H (H >= 1) is required");
+    a.config.variant = a.variant;
+    a.config.lengths = a.lengths;
+    a.config.dtype = parse_dtype(a.dtype);
+
+    const fs::path out = a.output;
+    std::error_code ec;
+    if (fs::exists(out, ec) && !a.force) throw IoError(out.string() + ": exists (use --force to replace it)");
+    if (fs::is_directory(out, ec)) throw IoError(out.string() + ": is a directory");
+    if (!a.weights_dir.empty()) check_output_dir(a.weights_dir, a.force);
+
+    const Graph graph = graphs::build_variant(a.config);
+    const fs::path graph_dir = fs::absolute(out).parent_path();
+    if (!fs::is_directory(graph_dir, ec)) throw IoError(graph_dir.string() + ": no such directory");
+    nlohmann::json doc;
+    if (a.weights_dir.empty()) {
+        doc = graph_to_json(graph);
+    } else {
+        const fs::path weights = fs::absolute(a.weights_dir).lexically_normal();
+        write_directory_atomically(weights, a.force, [&](const fs::path& tmp) {
+            doc = graph_to_json(graph, tmp, graph_dir);
+            for (auto& [name, t] : doc["tensors"].items())
+                t["npy"] = fs::relative(weights / (name + ".npy"), graph_dir).generic_string();
+        });
+    }
+    doc["description"] = command_line(a);
+    write_file_atomically(out, doc.dump(1) + "\n");
+    std::printf("wrote %s: variant %s, %zu nodes\n", out.string().c_str(), a.variant.c_str(), graph.nodes().size());
+}
+
+}  // namespace
+
+void add_new_command(CLI::App& app) {
+    auto args = std::make_shared<NewArgs>();
+    auto& c = args->config;
+    CLI::App* cmd = app.add_subcommand("new", "Write a graph file of an attention variant (attngraph new --list)");
+    cmd->add_option("variant", args->variant, "Variant: mha, mha-batched, causal, cross, mqa, gqa, sliding-window, alibi");
+    cmd->add_flag("--list", args->list, "List the variants");
+    cmd->add_option("--batch", c.batch, "Batch size B (default 0: X is (n, d_model) without a batch axis)");
+    cmd->add_option("--seq", c.seq, "Sequence length n (queries)");
+    cmd->add_option("--kv-seq", c.kv_seq, "Length m of the keys/values input C (cross)");
+    cmd->add_option("--d-model", c.d_model, "Model width d_model");
+    cmd->add_option("--heads", c.heads, "Query heads h (d_model must be a multiple)");
+    cmd->add_option("--groups", c.groups, "K/V heads g of gqa (heads must be a multiple)");
+    cmd->add_option("--window", c.window, "Window width w of sliding-window");
+    cmd->add_flag("--causal", c.causal, "sliding-window: keys 0 <= i - j < w only");
+    cmd->add_option("--kv-lengths", args->lengths, "Key padding: valid keys per sequence (comma-separated, needs --batch)")
+        ->delimiter(',');
+    cmd->add_option("--seed", c.seed, "Seed of the random weights and inputs (default 1)");
+    cmd->add_option("--dtype", args->dtype, "f32 (default) or f64")->check(CLI::IsMember({"f32", "f64"}));
+    cmd->add_option("-o,--output", args->output, "Graph file to write");
+    cmd->add_option("--weights-dir", args->weights_dir, "Write the tensors as .npy files into this directory");
+    cmd->add_flag("--force", args->force, "Replace an existing output file / non-empty weights directory");
+    c.seq = 0;
+    c.d_model = 0;
+    c.heads = 0;
+    cmd->callback([args] { run_new(*args); });
+}
+
+}  // namespace attngraph::cli

@@ -1,0 +1,59 @@
+#pragma once
+// Attention variants as graphs, in batched form: heads (and K/V groups) are axes, not
+// branches. With lead = (B) when batch > 0, () otherwise, n queries, m keys, h heads of
+// d_k = d_model / h, g K/V heads (r = h / g query heads share one):
+//
+//   QKV      = X·Wqkv + bqkv                 (lead, n, d + 2·g·d_k)   [cross: Q = X·Wq + bq, KV = C·Wkv + bkv]
+//   QKV_split:0,1,2 = split(QKV, sizes [d, g·d_k, g·d_k])
+//   Q_heads  = reshape(.., [lead, -1, h, d_k]),  Q = permute(.., heads first)   (lead, h, n, d_k)
+//   K, V     likewise (lead, h, m, d_k);  for g < h: Q (lead, g, r, n, d_k), K, V (lead, g, 1, m, d_k)
+//   KT = Kᵀ,  S_raw = Q·KT,  S = S_raw / sqrt(d_k)
+//   [S_bias = S + alibi]  [S_masked = mask(.., causal | window)]  [S_padded = mask(.., padding)]
+//   A = softmax(..),  O = A·V,  O_rows = permute(O, back),  O_concat = reshape(.., [lead, -1, d])
+//   Y = O_concat·Wo + bo
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/graph.hpp"
+#include "graphs/mha.hpp"
+
+namespace attngraph::graphs {
+
+/// @brief Sizes and options of a variant; what each variant reads is in variant_list().
+struct VariantConfig {
+    std::string variant = "mha-batched";
+    std::size_t batch = 0;     ///< 0: X is (n, d_model); B > 0: X is (B, n, d_model)
+    std::size_t seq = 4;       ///< n, queries
+    std::size_t kv_seq = 0;    ///< m, keys and values of cross-attention (0: = seq)
+    std::size_t d_model = 8;
+    std::size_t heads = 2;     ///< h
+    std::size_t groups = 0;    ///< g, K/V heads of gqa (0: = heads; mqa: 1)
+    std::size_t window = 0;    ///< w of sliding-window
+    bool causal = false;       ///< sliding-window: 0 <= i - j < w instead of |i - j| < w
+    std::vector<int> lengths;  ///< key padding: sequence b has lengths[b] valid keys (needs batch > 0)
+    DType dtype = DType::f32;
+    std::uint64_t seed = 1;
+    std::string name;          ///< graph name (default: the variant)
+};
+
+/// @brief A variant's name and a one-line description.
+struct VariantInfo {
+    std::string name;
+    std::string description;
+};
+
+/// mha, mha-batched, causal, cross, mqa, gqa, sliding-window, alibi.
+const std::vector<VariantInfo>& variant_list();
+
+/// @brief Builds a variant with seeded random weights; throws GraphError on bad sizes.
+Graph build_variant(const VariantConfig& config);
+
+/// @brief Batched multi-head self-attention with the weights of a per-head graph
+/// (Wqkv = [Wq_1 .. Wq_h | Wk_1 .. | Wv_1 ..]): gives the Y of build_mha(mha, weights).
+Graph build_batched_mha(const MhaConfig& mha, const MhaWeights& weights);
+
+/// ALiBi slope of head `head` (0-based) of `heads`: 2^(-8 (head + 1) / heads).
+double alibi_slope(std::size_t head, std::size_t heads);
+
+}  // namespace attngraph::graphs
