@@ -1,0 +1,71 @@
+// Add: shape rule (broadcasting), forward against hand-computed sums, backward against
+// central finite differences.
+#include <boost/test/unit_test.hpp>
+
+#include "engine/builder.hpp"
+#include "engine/error.hpp"
+#include "ops/ops.hpp"
+#include "support/op_check.hpp"
+
+using namespace attngraph;
+using namespace attngraph::test;
+
+namespace {
+std::any no_attrs() { return OpRegistry::instance().get("Add").parse_attrs(nullptr, "test"); }
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(shape_rule_broadcasts) {
+    BOOST_TEST((infer("Add", no_attrs(), {{2, 3}, {3}})[0] == Shape{2, 3}));
+    BOOST_TEST((infer("Add", no_attrs(), {{2, 1, 4}, {3, 1}})[0] == Shape{2, 3, 4}));
+    BOOST_TEST((infer("Add", no_attrs(), {{5, 2, 4, 4}, {2, 4, 4}})[0] == Shape{5, 2, 4, 4}));
+    BOOST_CHECK_THROW(infer("Add", no_attrs(), {{2, 3}, {4}}), ShapeError);
+    BOOST_CHECK_THROW(infer("Add", no_attrs(), {{2, 3, 4}, {3, 3}}), ShapeError);
+}
+
+BOOST_AUTO_TEST_CASE(bad_shape_names_node_and_shapes) {
+    GraphBuilder g("t");
+    Value a = g.input("a", zeros(DType::f32, {2, 3})), b = g.input("b", zeros(DType::f32, {4}));
+    try {
+        add(a, b).as("sum");
+        BOOST_FAIL("no error");
+    } catch (const ShapeError& e) {
+        const std::string msg = e.what();
+        BOOST_TEST(msg.find("(Add)") != std::string::npos);
+        BOOST_TEST(msg.find("2x3") != std::string::npos);
+        BOOST_TEST(msg.find("(4)") != std::string::npos);
+    }
+}
+
+BOOST_AUTO_TEST_CASE(forward_hand_computed) {
+    const auto y = forward("Add", no_attrs(), {array_of({2, 3}, {1, 2, 3, 4, 5, 6}), array_of({3}, {10, 20, 30})});
+    BOOST_TEST(max_diff(y[0], array_of({2, 3}, {11, 22, 33, 14, 25, 36})) == 0.0);
+    // (2,1) + (1,3): an outer sum
+    const auto z = forward("Add", no_attrs(), {array_of({2, 1}, {1, 2}), array_of({1, 3}, {10, 20, 30})});
+    BOOST_TEST(max_diff(z[0], array_of({2, 3}, {11, 21, 31, 12, 22, 32})) == 0.0);
+    // a bias (h, n, m) over a batch (B, h, n, m)
+    const auto w = forward("Add", no_attrs(), {array_of({2, 1, 1, 2}, {1, 2, 3, 4}), array_of({1, 1, 2}, {-1, -2})});
+    BOOST_TEST(max_diff(w[0], array_of({2, 1, 1, 2}, {0, 0, 2, 2})) == 0.0);
+}
+
+BOOST_AUTO_TEST_CASE(backward_sums_over_broadcast_axes) {
+    // dy of ones: db for a (2,3) + (3) is the column count 2 per entry
+    const OpDef& def = OpRegistry::instance().get("Add");
+    Array<double> a = random_array({2, 3}, 1), b = random_array({3}, 2);
+    Array<double> y = Array<double>::from_shape({2, 3}), dy = Array<double>::from_shape({2, 3});
+    dy.fill(1.0);
+    Array<double> da = Array<double>::from_shape({2, 3}), db = Array<double>::from_shape({3});
+    da.fill(0.0);
+    db.fill(0.0);
+    std::vector<const Array<double>*> in{&a, &b}, out{&y}, dout{&dy};
+    std::vector<Array<double>*> din{&da, &db};
+    def.backward_f64(no_attrs(), In<double>(in), In<double>(out), In<double>(dout), Out<double>(din));
+    BOOST_TEST(max_diff(db, array_of({3}, {2, 2, 2})) == 0.0);
+    BOOST_TEST(max_diff(da, array_of({2, 3}, {1, 1, 1, 1, 1, 1})) == 0.0);
+}
+
+BOOST_AUTO_TEST_CASE(backward_matches_finite_differences) {
+    BOOST_TEST(gradcheck("Add", no_attrs(), {random_array({2, 3}, 1), random_array({2, 3}, 2)}) < 1e-8);
+    BOOST_TEST(gradcheck("Add", no_attrs(), {random_array({2, 3, 4}, 3), random_array({3, 1}, 4)}) < 1e-8);
+    BOOST_TEST(gradcheck("Add", no_attrs(), {random_array({1, 4}, 5), random_array({3, 1}, 6)}) < 1e-8);
+    BOOST_TEST(gradcheck("Add", no_attrs(), {random_array({2, 3}, 7), random_array({3}, 8)}, {false, true}) < 1e-8);
+}
