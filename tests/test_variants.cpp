@@ -1,0 +1,350 @@
+// Every attention variant against an independent plain-loop reference computed here (no
+// engine code): batch > 1, key padding masks, f32 and f64. Causal and sliding-window
+// graphs give no weight outside their pattern (checked on A). The batched form equals the
+// per-head form with the same weights.
+#include <boost/test/data/test_case.hpp>
+#include <boost/test/unit_test.hpp>
+
+#include <cmath>
+
+#include "engine/error.hpp"
+#include "engine/executor.hpp"
+#include "engine/trace.hpp"
+#include "graphs/mha.hpp"
+#include "graphs/variants.hpp"
+#include "support/helpers.hpp"
+
+using namespace attngraph;
+namespace bdata = boost::unit_test::data;
+using Vec = std::vector<double>;
+
+namespace {
+
+Vec values(const Tensor& t) {
+    Vec v(t.size());
+    for (std::size_t i = 0; i < v.size(); ++i) v[i] = t.at_flat(i);
+    return v;
+}
+Vec tensor_values(const Graph& g, const std::string& name) { return values(*g.value(g.at(name)).data); }
+
+// Columns [c0, c0 + cols) of a row-major (rows, total) matrix.
+Vec columns(const Vec& w, std::size_t rows, std::size_t total, std::size_t c0, std::size_t cols) {
+    Vec out(rows * cols);
+    for (std::size_t i = 0; i < rows; ++i)
+        for (std::size_t j = 0; j < cols; ++j) out[i * cols + j] = w[i * total + c0 + j];
+    return out;
+}
+
+// x (rows, k) · w (k, cols) + b (cols)
+Vec affine(const Vec& x, std::size_t rows, std::size_t k, const Vec& w, const Vec& b, std::size_t cols) {
+    Vec y(rows * cols);
+    for (std::size_t i = 0; i < rows; ++i)
+        for (std::size_t j = 0; j < cols; ++j) {
+            double s = b[j];
+            for (std::size_t t = 0; t < k; ++t) s += x[i * k + t] * w[t * cols + j];
+            y[i * cols + j] = s;
+        }
+    return y;
+}
+
+// The reference: what each variant means, in loops.
+struct Reference {
+    Vec a;  // (B, h, n, m)
+    Vec y;  // (B, n, d)
+};
+
+struct Weights {
+    Vec x, c;            // (B, n, d), (B, m, d)
+    Vec wq, bq;          // (d, d), (d)
+    Vec wk, bk, wv, bv;  // (d, g·dk), (g·dk)
+    Vec wo, bo;          // (d, d), (d)
+};
+
+Reference reference(const graphs::VariantConfig& c, std::size_t g, const Weights& w) {
+    const std::string& v = c.variant;
+    const std::size_t B = std::max<std::size_t>(c.batch, 1), n = c.seq, m = v == "cross" ? c.kv_seq : c.seq;
+    const std::size_t d = c.d_model, h = c.heads, dk = d / h, r = h / g;
+    Reference ref;
+    ref.a.assign(B * h * n * m, 0.0);
+    ref.y.assign(B * n * d, 0.0);
+    for (std::size_t b = 0; b < B; ++b) {
+        const Vec xb(w.x.begin() + static_cast<long>(b * n * d), w.x.begin() + static_cast<long>((b + 1) * n * d));
+        const Vec& src = v == "cross" ? w.c : w.x;
+        const Vec cb(src.begin() + static_cast<long>(b * m * d), src.begin() + static_cast<long>((b + 1) * m * d));
+        const Vec q = affine(xb, n, d, w.wq, w.bq, d);
+        const Vec k = affine(cb, m, d, w.wk, w.bk, g * dk);
+        const Vec val = affine(cb, m, d, w.wv, w.bv, g * dk);
+        Vec o(n * d, 0.0);
+        for (std::size_t hh = 0; hh < h; ++hh) {
+            const std::size_t kv = hh / r;
+            const double slope = std::pow(2.0, -8.0 * double(hh + 1) / double(h));
+            for (std::size_t i = 0; i < n; ++i) {
+                Vec s(m);
+                std::vector<bool> keep(m, true);
+                for (std::size_t j = 0; j < m; ++j) {
+                    double dot = 0;
+                    for (std::size_t t = 0; t < dk; ++t) dot += q[i * d + hh * dk + t] * k[j * g * dk + kv * dk + t];
+                    s[j] = dot / std::sqrt(double(dk));
+                    const long di = long(i) - long(j);
+                    if (v == "alibi") s[j] += -slope * std::abs(double(di));
+                    if ((v == "causal" || v == "alibi") && di < 0) keep[j] = false;
+                    if (v == "sliding-window")
+                        keep[j] = c.causal ? (di >= 0 && di < long(c.window)) : std::abs(di) < long(c.window);
+                    if (!c.lengths.empty() && long(j) >= c.lengths[b]) keep[j] = false;
+                }
+                double mx = -INFINITY;
+                for (std::size_t j = 0; j < m; ++j)
+                    if (keep[j]) mx = std::max(mx, s[j]);
+                double sum = 0;
+                Vec e(m, 0.0);
+                for (std::size_t j = 0; j < m; ++j)
+                    if (keep[j]) sum += (e[j] = std::exp(s[j] - mx));
+                for (std::size_t j = 0; j < m; ++j) {
+                    const double a = sum > 0 ? e[j] / sum : 0.0;
+                    ref.a[((b * h + hh) * n + i) * m + j] = a;
+                    for (std::size_t t = 0; t < dk; ++t) o[i * d + hh * dk + t] += a * val[j * g * dk + kv * dk + t];
+                }
+            }
+        }
+        const Vec y = affine(o, n, d, w.wo, w.bo, d);
+        std::copy(y.begin(), y.end(), ref.y.begin() + static_cast<long>(b * n * d));
+    }
+    return ref;
+}
+
+std::size_t kv_heads(const graphs::VariantConfig& c) {
+    return c.variant == "mqa" ? 1 : c.variant == "gqa" ? c.groups : c.heads;
+}
+
+// The weights as the reference wants them, read from the graph's tensors.
+Weights weights_of(const Graph& gr, const graphs::VariantConfig& c) {
+    const std::size_t d = c.d_model, dk = d / c.heads, gdk = kv_heads(c) * dk;
+    Weights w;
+    w.x = tensor_values(gr, "X");
+    w.wo = tensor_values(gr, "Wo");
+    w.bo = tensor_values(gr, "bo");
+    if (c.variant == "mha") {
+        // per-head weights side by side
+        Vec wq(d * d), wk(d * d), wv(d * d), bq(d), bk(d), bv(d);
+        for (std::size_t hh = 0; hh < c.heads; ++hh) {
+            const std::string p = "head" + std::to_string(hh + 1) + ".";
+            auto place = [&](Vec& dst, const std::string& name, std::size_t rows) {
+                const Vec src = tensor_values(gr, p + name);
+                for (std::size_t i = 0; i < rows; ++i)
+                    for (std::size_t t = 0; t < dk; ++t) dst[i * d + hh * dk + t] = src[i * dk + t];
+            };
+            place(wq, "Wq", d), place(wk, "Wk", d), place(wv, "Wv", d);
+            place(bq, "bq", 1), place(bk, "bk", 1), place(bv, "bv", 1);
+        }
+        w.wq = wq, w.wk = wk, w.wv = wv, w.bq = bq, w.bk = bk, w.bv = bv;
+    } else if (c.variant == "cross") {
+        w.c = tensor_values(gr, "C");
+        w.wq = tensor_values(gr, "Wq");
+        w.bq = tensor_values(gr, "bq");
+        const Vec wkv = tensor_values(gr, "Wkv"), bkv = tensor_values(gr, "bkv");
+        w.wk = columns(wkv, d, 2 * gdk, 0, gdk), w.wv = columns(wkv, d, 2 * gdk, gdk, gdk);
+        w.bk = columns(bkv, 1, 2 * gdk, 0, gdk), w.bv = columns(bkv, 1, 2 * gdk, gdk, gdk);
+    } else {
+        const std::size_t total = d + 2 * gdk;
+        const Vec wqkv = tensor_values(gr, "Wqkv"), bqkv = tensor_values(gr, "bqkv");
+        w.wq = columns(wqkv, d, total, 0, d), w.bq = columns(bqkv, 1, total, 0, d);
+        w.wk = columns(wqkv, d, total, d, gdk), w.bk = columns(bqkv, 1, total, d, gdk);
+        w.wv = columns(wqkv, d, total, d + gdk, gdk), w.bv = columns(bqkv, 1, total, d + gdk, gdk);
+    }
+    return w;
+}
+
+double rel_diff(const Vec& got, const Vec& want) {
+    if (got.size() != want.size()) return INFINITY;
+    double diff = 0, scale = 0;
+    for (std::size_t i = 0; i < got.size(); ++i) {
+        diff = std::max(diff, std::abs(got[i] - want[i]));
+        scale = std::max(scale, std::abs(want[i]));
+    }
+    return diff / std::max(scale, 1e-300);
+}
+
+graphs::VariantConfig config(std::string variant, std::size_t batch, std::size_t seq, std::size_t d, std::size_t h) {
+    graphs::VariantConfig c;
+    c.variant = std::move(variant);
+    c.batch = batch;
+    c.seq = seq;
+    c.d_model = d;
+    c.heads = h;
+    c.seed = 7;
+    return c;
+}
+
+// The cases: every variant, batch > 1, most with key padding, one without a batch axis.
+std::vector<graphs::VariantConfig> cases() {
+    std::vector<graphs::VariantConfig> out;
+    auto c = config("mha", 2, 4, 8, 2);
+    out.push_back(c);
+    c = config("mha-batched", 2, 5, 8, 2), c.lengths = {5, 3};
+    out.push_back(c);
+    c = config("mha-batched", 3, 4, 8, 4), c.lengths = {4, 0, 2};  // sequence 1 fully masked
+    out.push_back(c);
+    c = config("causal", 3, 6, 12, 3), c.lengths = {6, 2, 4};
+    out.push_back(c);
+    c = config("causal", 0, 5, 8, 2);  // no batch axis
+    out.push_back(c);
+    c = config("cross", 2, 4, 8, 2), c.kv_seq = 7, c.lengths = {7, 3};
+    out.push_back(c);
+    c = config("mqa", 2, 5, 8, 4), c.lengths = {2, 5};
+    out.push_back(c);
+    c = config("gqa", 2, 5, 12, 6), c.groups = 2, c.lengths = {5, 1};
+    out.push_back(c);
+    c = config("gqa", 2, 3, 8, 4), c.groups = 4;  // g = h: plain multi-head
+    out.push_back(c);
+    c = config("sliding-window", 2, 7, 8, 2), c.window = 3;
+    out.push_back(c);
+    c = config("sliding-window", 2, 7, 8, 2), c.window = 2, c.causal = true, c.lengths = {7, 4};
+    out.push_back(c);
+    c = config("alibi", 2, 6, 8, 4), c.lengths = {6, 3};
+    out.push_back(c);
+    return out;
+}
+
+std::string label(const graphs::VariantConfig& c) {
+    std::string s = c.variant + " B=" + std::to_string(c.batch) + " n=" + std::to_string(c.seq);
+    if (!c.lengths.empty()) s += " padded";
+    return s;
+}
+
+}  // namespace
+
+BOOST_DATA_TEST_CASE(variant_matches_plain_loop_reference, bdata::make({0, 1}), f64) {
+    for (auto c : cases()) {
+        c.dtype = f64 ? DType::f64 : DType::f32;
+        BOOST_TEST_CONTEXT(label(c) << (f64 ? " f64" : " f32")) {
+            const Graph g = graphs::build_variant(c);
+            RunOptions o;
+            o.keep_all = true;
+            o.threads = 2;
+            const RunResult r = run(g, o);
+            const Reference ref = reference(c, kv_heads(c), weights_of(g, c));
+            const double tol = f64 ? 1e-9 : 1e-5;
+            BOOST_TEST(rel_diff(values(r.at(g, "Y")), ref.y) <= tol);
+            if (c.variant != "mha") BOOST_TEST(rel_diff(values(r.at(g, "A")), ref.a) <= tol);
+        }
+    }
+}
+
+BOOST_AUTO_TEST_CASE(causal_graphs_give_no_weight_to_later_keys) {
+    for (auto c : cases()) {
+        if (c.variant != "causal" && c.variant != "alibi" && !(c.variant == "sliding-window" && c.causal)) continue;
+        BOOST_TEST_CONTEXT(label(c)) {
+            const Graph g = graphs::build_variant(c);
+            const RunResult r = run(g, {.keep_all = true});
+            const Tensor& a = r.at(g, "A");
+            const Shape s = a.shape();
+            const std::size_t n = s[s.size() - 2], m = s.back();
+            std::size_t later = 0, checked = 0;
+            for (std::size_t e = 0; e < a.size(); ++e) {
+                const std::size_t j = e % m, i = (e / m) % n;
+                if (j > i) {
+                    ++checked;
+                    later += a.at_flat(e) != 0.0;
+                }
+            }
+            BOOST_TEST(checked > 0u);
+            BOOST_TEST(later == 0u);
+        }
+    }
+}
+
+BOOST_AUTO_TEST_CASE(sliding_window_weight_only_inside_the_window) {
+    for (auto c : cases()) {
+        if (c.variant != "sliding-window") continue;
+        BOOST_TEST_CONTEXT(label(c) << (c.causal ? " causal" : "")) {
+            const Graph g = graphs::build_variant(c);
+            const RunResult r = run(g, {.keep_all = true});
+            const Tensor& a = r.at(g, "A");
+            const Shape s = a.shape();
+            const std::size_t n = s[s.size() - 2], m = s.back(), per_batch = a.size() / s[0];
+            std::size_t outside = 0, inside_zero = 0;
+            for (std::size_t e = 0; e < a.size(); ++e) {
+                const long j = long(e % m), i = long((e / m) % n), w = long(c.window);
+                const bool in = c.causal ? (i - j >= 0 && i - j < w) : std::abs(i - j) < w;
+                const bool padded = !c.lengths.empty() && j >= c.lengths[e / per_batch];
+                if (!in) outside += a.at_flat(e) != 0.0;
+                if (in && !padded) inside_zero += a.at_flat(e) == 0.0;
+            }
+            BOOST_TEST(outside == 0u);
+            BOOST_TEST(inside_zero == 0u);
+        }
+    }
+}
+
+BOOST_AUTO_TEST_CASE(fully_padded_sequence_is_marked_in_the_trace) {
+    auto c = config("mha-batched", 3, 4, 8, 4);
+    c.lengths = {4, 0, 2};
+    const Graph g = graphs::build_variant(c);
+    RunOptions o;
+    o.trace = true;
+    const Trace trace = make_trace(g, run(g, o));
+    const TraceEntry* a = trace.find("A");
+    BOOST_REQUIRE(a);
+    BOOST_TEST(a->fully_masked_rows.size() == 4u * 4u);  // sequence 1: every head, every query
+    for (const auto& row : a->fully_masked_rows) BOOST_TEST(row[0] == 1u);
+    BOOST_TEST(trace_text(trace).find("fully masked -> zeros") != std::string::npos);
+}
+
+BOOST_DATA_TEST_CASE(batched_form_equals_per_head_form, bdata::make({0, 1}), f64) {
+    graphs::MhaConfig m;
+    m.batch = 3;
+    m.seq = 5;
+    m.d_model = 12;
+    m.heads = 3;
+    m.seed = 11;
+    m.dtype = f64 ? DType::f64 : DType::f32;
+    const graphs::MhaWeights w = graphs::random_mha_weights(m);
+    const Graph per_head = graphs::build_mha(m, w), batched = graphs::build_batched_mha(m, w);
+    RunOptions o;
+    o.keep_all = true;
+    const RunResult a = run(per_head, o), b = run(batched, o);
+    BOOST_TEST(rel_diff(values(a.at(per_head, "Y")), values(b.at(batched, "Y"))) <= (f64 ? 1e-12 : 1e-6));
+    // head 2's attention weights are A[:, 1] of the batched form
+    const Vec head2 = values(a.at(per_head, "head2.A")), all = values(b.at(batched, "A"));
+    Vec picked;
+    for (std::size_t bb = 0; bb < 3; ++bb)
+        for (std::size_t e = 0; e < 25; ++e) picked.push_back(all[(bb * 3 + 1) * 25 + e]);
+    BOOST_TEST(rel_diff(picked, head2) <= (f64 ? 1e-12 : 1e-6));
+}
+
+BOOST_AUTO_TEST_CASE(batched_form_reproduces_the_seed_document) {
+    const Graph g = graphs::build_batched_mha(graphs::seed_mha_config(), graphs::seed_mha_weights());
+    const RunResult r = run(g, {.keep_all = true});
+    BOOST_TEST(test::max_abs_diff(r.at(g, "Y"), test::seed_values()["Y"]) <= 2e-6);
+}
+
+BOOST_AUTO_TEST_CASE(results_are_bit_identical_for_any_thread_count) {
+    for (const auto& c : cases()) {
+        BOOST_TEST_CONTEXT(label(c)) {
+            const Graph g = graphs::build_variant(c);
+            const Tensor one = run(g, {.threads = 1, .keep_all = true}).at(g, "Y");
+            for (int threads : {2, 4, 8}) BOOST_TEST((run(g, {.threads = threads, .keep_all = true}).at(g, "Y") == one));
+        }
+    }
+}
+
+BOOST_AUTO_TEST_CASE(bad_sizes_are_clear_errors) {
+    auto c = config("gqa", 2, 4, 8, 4);
+    c.groups = 3;
+    BOOST_CHECK_THROW(graphs::build_variant(c), GraphError);
+    c = config("mha-batched", 2, 4, 10, 4);  // d_model not a multiple of heads
+    BOOST_CHECK_THROW(graphs::build_variant(c), GraphError);
+    c = config("causal", 2, 4, 8, 2), c.window = 2;
+    BOOST_CHECK_THROW(graphs::build_variant(c), GraphError);
+    c = config("cross", 2, 4, 8, 2);  // no kv_seq
+    BOOST_CHECK_THROW(graphs::build_variant(c), GraphError);
+    c = config("causal", 0, 4, 8, 2), c.lengths = {1};  // padding needs a batch axis
+    BOOST_CHECK_THROW(graphs::build_variant(c), GraphError);
+    c = config("flash", 1, 4, 8, 2);
+    try {
+        graphs::build_variant(c);
+        BOOST_FAIL("no error");
+    } catch (const GraphError& e) {
+        BOOST_TEST(std::string(e.what()).find("known: mha, mha-batched") != std::string::npos);
+    }
+}
