@@ -4,6 +4,7 @@
 // attngraph new --list
 #include <unistd.h>
 
+#include <charconv>
 #include <fstream>
 #include <iostream>
 
@@ -72,6 +73,44 @@ std::string command_line(const NewArgs& a) {
     return s;
 }
 
+// f32 data written with the fewest digits that read back as the same float.
+void shorten_f32(nlohmann::json& j) {
+    if (j.is_array()) {
+        for (auto& item : j) shorten_f32(item);
+    } else if (j.is_number_float()) {
+        char buf[32];
+        const auto res = std::to_chars(buf, buf + sizeof buf, static_cast<float>(j.get<double>()));
+        j = nlohmann::json::parse(std::string(buf, res.ptr));
+    }
+}
+
+// The graph file as people read and edit it: description, name, dtype first; one line per
+// tensor (in the order the builder made them) and per node, keys in the README's order.
+std::string graph_file_text(const Graph& graph, const nlohmann::json& doc) {
+    using ordered = nlohmann::ordered_json;
+    auto pick = [](const nlohmann::json& obj, std::initializer_list<const char*> keys) {
+        ordered o = ordered::object();
+        for (const char* k : keys)
+            if (obj.contains(k)) o[k] = ordered::parse(obj[k].dump());
+        return o.dump();
+    };
+    std::string text = "{\n";
+    for (const char* k : {"description", "name", "dtype", "tokens"})
+        if (doc.contains(k)) text += "  \"" + std::string(k) + "\": " + doc[k].dump() + ",\n";
+    text += "  \"tensors\": {\n";
+    std::size_t i = 0;
+    for (const auto& v : graph.values())
+        if (v.data)
+            text += "    " + nlohmann::json(v.name).dump() + ": " + pick(doc["tensors"][v.name], {"kind", "shape", "npy", "data"}) +
+                    (++i < doc["tensors"].size() ? ",\n" : "\n");
+    text += "  },\n  \"nodes\": [\n";
+    i = 0;
+    for (const auto& n : doc["nodes"])
+        text += "    " + pick(n, {"name", "op", "inputs", "attrs"}) + (++i < doc["nodes"].size() ? ",\n" : "\n");
+    text += "  ],\n  \"outputs\": " + doc["outputs"].dump() + "\n}\n";
+    return text;
+}
+
 void run_new(NewArgs& a) {
     if (a.list) {
         for (const auto& v : graphs::variant_list()) std::printf("%-16s %s\n", v.name.c_str(), v.description.c_str());
@@ -107,7 +146,10 @@ void run_new(NewArgs& a) {
         });
     }
     doc["description"] = command_line(a);
-    write_file_atomically(out, doc.dump(1) + "\n");
+    if (graph.dtype() == DType::f32)
+        for (auto& [name, t] : doc["tensors"].items())
+            if (t.contains("data")) shorten_f32(t["data"]);
+    write_file_atomically(out, graph_file_text(graph, doc));
     std::printf("wrote %s: variant %s, %zu nodes\n", out.string().c_str(), a.variant.c_str(), graph.nodes().size());
 }
 

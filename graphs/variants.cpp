@@ -86,14 +86,17 @@ Graph build_batched(const VariantConfig& c, const Plan& plan, const BatchedWeigh
     Value x = b.input("X", w.x.cast(c.dtype));
     Value q_flat, k_flat, v_flat;
     if (!plan.cross) {
-        Value qkv = linear(x, b.param("Wqkv", w.w_in), b.param("bqkv", w.b_in)).as("QKV");
+        Value wqkv = b.param("Wqkv", w.w_in), bqkv = b.param("bqkv", w.b_in);
+        Value qkv = linear(x, wqkv, bqkv).as("QKV");
         const int d = static_cast<int>(c.d_model), kvd = G * DK;
         const auto parts = grouped ? split(qkv, {d, kvd, kvd}, -1, "QKV_split") : split(qkv, 3, -1, "QKV_split");
         q_flat = parts[0], k_flat = parts[1], v_flat = parts[2];
     } else {
         Value ctx = b.input("C", w.c.cast(c.dtype));
-        q_flat = linear(x, b.param("Wq", w.w_in), b.param("bq", w.b_in)).as("Q_flat");
-        Value kv = linear(ctx, b.param("Wkv", w.w_kv), b.param("bkv", w.b_kv)).as("KV");
+        Value wq = b.param("Wq", w.w_in), bq = b.param("bq", w.b_in);
+        Value wkv = b.param("Wkv", w.w_kv), bkv = b.param("bkv", w.b_kv);
+        q_flat = linear(x, wq, bq).as("Q_flat");
+        Value kv = linear(ctx, wkv, bkv).as("KV");
         const auto parts = split(kv, 2, -1, "KV_split");
         k_flat = parts[0], v_flat = parts[1];
     }
@@ -111,7 +114,8 @@ Graph build_batched(const VariantConfig& c, const Plan& plan, const BatchedWeigh
                 for (std::size_t j = 0; j < m; ++j)
                     bd[(hh * n + i) * m + j] =
                         -alibi_slope(hh, h) * std::abs(static_cast<double>(i) - static_cast<double>(j));
-        s = add(s, b.param("alibi", bias.cast(c.dtype))).as("S_bias");
+        Value alibi = b.param("alibi", bias.cast(c.dtype));
+        s = add(s, alibi).as("S_bias");
     }
     if (plan.pattern == Pattern::causal) s = mask_causal(s).as("S_masked");
     if (plan.pattern == Pattern::window) s = mask_window(s, static_cast<int>(c.window), c.causal).as("S_masked");
@@ -120,7 +124,8 @@ Graph build_batched(const VariantConfig& c, const Plan& plan, const BatchedWeigh
     Value o = matmul(a, v).as("O");
     Value rows = permute(o, inverse(perm)).as("O_rows");
     Value concat_heads = reshape(rows, with_lead({-1, static_cast<int>(c.d_model)})).as("O_concat");
-    b.output(linear(concat_heads, b.param("Wo", w.wo), b.param("bo", w.bo)).as("Y"));
+    Value wo = b.param("Wo", w.wo), bo = b.param("bo", w.bo);
+    b.output(linear(concat_heads, wo, bo).as("Y"));
     return b.build();
 }
 
