@@ -33,7 +33,8 @@ struct NewArgs {
 // Writes `text` to `path` through a temporary sibling renamed into place.
 void write_file_atomically(const fs::path& path, const std::string& text) {
     const fs::path target = fs::absolute(path);
-    const fs::path tmp = target.parent_path() / ("." + target.filename().string() + ".tmp-" + std::to_string(::getpid()));
+    const fs::path tmp =
+        target.parent_path() / ("." + target.filename().string() + ".tmp-" + std::to_string(::getpid()));
     {
         std::ofstream out(tmp, std::ios::binary);
         out << text;
@@ -101,7 +102,8 @@ std::string graph_file_text(const Graph& graph, const nlohmann::json& doc) {
     std::size_t i = 0;
     for (const auto& v : graph.values())
         if (v.data)
-            text += "    " + nlohmann::json(v.name).dump() + ": " + pick(doc["tensors"][v.name], {"kind", "shape", "npy", "data"}) +
+            text += "    " + nlohmann::json(v.name).dump() + ": " +
+                    pick(doc["tensors"][v.name], {"kind", "shape", "npy", "data"}) +
                     (++i < doc["tensors"].size() ? ",\n" : "\n");
     text += "  },\n  \"nodes\": [\n";
     i = 0;
@@ -159,7 +161,8 @@ void add_new_command(CLI::App& app) {
     auto args = std::make_shared<NewArgs>();
     auto& c = args->config;
     CLI::App* cmd = app.add_subcommand("new", "Write a graph file of an attention variant (attngraph new --list)");
-    cmd->add_option("variant", args->variant, "Variant: mha, mha-batched, causal, cross, mqa, gqa, sliding-window, alibi");
+    cmd->add_option("variant", args->variant,
+                    "Variant: mha, mha-batched, causal, cross, mqa, gqa, sliding-window, alibi");
     cmd->add_flag("--list", args->list, "List the variants");
     cmd->add_option("--batch", c.batch, "Batch size B (default 0: X is (n, d_model) without a batch axis)");
     cmd->add_option("--seq", c.seq, "Sequence length n (queries)");
@@ -169,7 +172,8 @@ void add_new_command(CLI::App& app) {
     cmd->add_option("--groups", c.groups, "K/V heads g of gqa (heads must be a multiple)");
     cmd->add_option("--window", c.window, "Window width w of sliding-window");
     cmd->add_flag("--causal", c.causal, "sliding-window: keys 0 <= i - j < w only");
-    cmd->add_option("--kv-lengths", args->lengths, "Key padding: valid keys per sequence (comma-separated, needs --batch)")
+    cmd->add_option("--kv-lengths", args->lengths,
+                    "Key padding: valid keys per sequence (comma-separated, needs --batch)")
         ->delimiter(',');
     cmd->add_option("--seed", c.seed, "Seed of the random weights and inputs (default 1)");
     cmd->add_option("--dtype", args->dtype, "f32 (default) or f64")->check(CLI::IsMember({"f32", "f64"}));

@@ -134,11 +134,13 @@ void check_sizes(const VariantConfig& c, std::size_t kv_heads) {
     if (c.d_model == 0 || c.heads == 0 || c.d_model % c.heads != 0)
         throw GraphError(sizes_text(c) + ": d_model must be a positive multiple of heads");
     if (kv_heads == 0 || c.heads % kv_heads != 0)
-        throw GraphError("heads " + std::to_string(c.heads) + " is not a multiple of groups " + std::to_string(kv_heads));
+        throw GraphError("heads " + std::to_string(c.heads) + " is not a multiple of groups " +
+                         std::to_string(kv_heads));
     if (!c.lengths.empty()) {
         if (c.batch == 0) throw GraphError("key padding lengths need a batch axis (batch > 0)");
         if (c.lengths.size() != c.batch)
-            throw GraphError(std::to_string(c.lengths.size()) + " padding lengths for batch " + std::to_string(c.batch));
+            throw GraphError(std::to_string(c.lengths.size()) + " padding lengths for batch " +
+                             std::to_string(c.batch));
     }
 }
 
@@ -198,7 +200,9 @@ Graph build_variant(const VariantConfig& c) {
     Plan plan;
     plan.cross = v == "cross";
     plan.kv_heads = v == "mqa" ? 1 : v == "gqa" ? c.groups : c.heads;
-    plan.pattern = v == "causal" || v == "alibi" ? Pattern::causal : v == "sliding-window" ? Pattern::window : Pattern::none;
+    plan.pattern = v == "causal" || v == "alibi" ? Pattern::causal
+                   : v == "sliding-window"       ? Pattern::window
+                                                 : Pattern::none;
     plan.alibi = v == "alibi";
     check_sizes(c, plan.kv_heads);
     if (plan.cross && c.kv_seq == 0) throw GraphError("variant 'cross' needs kv_seq (the length of C)");
@@ -236,15 +240,17 @@ Graph build_batched_mha(const MhaConfig& mha, const MhaWeights& weights) {
     c.name = mha.name;
     check_sizes(c, c.heads);
     if (weights.wq.size() != c.heads)
-        throw GraphError("build_batched_mha: " + std::to_string(weights.wq.size()) + " heads of weights for heads = " +
-                         std::to_string(c.heads));
+        throw GraphError("build_batched_mha: " + std::to_string(weights.wq.size()) +
+                         " heads of weights for heads = " + std::to_string(c.heads));
     Plan plan;
     plan.kv_heads = c.heads;
     BatchedWeights w;
     w.x = weights.x;
     std::vector<Tensor> cols, bias;
-    for (const auto* group : {&weights.wq, &weights.wk, &weights.wv}) cols.insert(cols.end(), group->begin(), group->end());
-    for (const auto* group : {&weights.bq, &weights.bk, &weights.bv}) bias.insert(bias.end(), group->begin(), group->end());
+    for (const auto* group : {&weights.wq, &weights.wk, &weights.wv})
+        cols.insert(cols.end(), group->begin(), group->end());
+    for (const auto* group : {&weights.bq, &weights.bk, &weights.bv})
+        bias.insert(bias.end(), group->begin(), group->end());
     w.w_in = hstack(cols).cast(c.dtype);
     w.b_in = hstack(bias).cast(c.dtype);
     w.wo = weights.wo.cast(c.dtype);

@@ -23,9 +23,9 @@ namespace attngraph::graphs {
 /// @brief Sizes and options of a variant; what each variant reads is in variant_list().
 struct VariantConfig {
     std::string variant = "mha-batched";
-    std::size_t batch = 0;     ///< 0: X is (n, d_model); B > 0: X is (B, n, d_model)
-    std::size_t seq = 4;       ///< n, queries
-    std::size_t kv_seq = 0;    ///< m, keys and values of cross-attention (0: = seq)
+    std::size_t batch = 0;   ///< 0: X is (n, d_model); B > 0: X is (B, n, d_model)
+    std::size_t seq = 4;     ///< n, queries
+    std::size_t kv_seq = 0;  ///< m, keys and values of cross-attention (0: = seq)
     std::size_t d_model = 8;
     std::size_t heads = 2;     ///< h
     std::size_t groups = 0;    ///< g, K/V heads of gqa (0: = heads; mqa: 1)
@@ -34,7 +34,7 @@ struct VariantConfig {
     std::vector<int> lengths;  ///< key padding: sequence b has lengths[b] valid keys (needs batch > 0)
     DType dtype = DType::f32;
     std::uint64_t seed = 1;
-    std::string name;          ///< graph name (default: the variant)
+    std::string name;  ///< graph name (default: the variant)
 };
 
 /// @brief A variant's name and a one-line description.

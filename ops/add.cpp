@@ -35,7 +35,8 @@ struct Add {
         }
         const auto sa = broadcast_strides(as, ys), sb = broadcast_strides(bs, ys);
         parallel_chunks(n, grain_for(4), [&](std::size_t i0, std::size_t i1) {
-            for (std::size_t i = i0; i < i1; ++i) y[i] = a[broadcast_offset(i, ys, sa)] + b[broadcast_offset(i, ys, sb)];
+            for (std::size_t i = i0; i < i1; ++i)
+                y[i] = a[broadcast_offset(i, ys, sa)] + b[broadcast_offset(i, ys, sb)];
         });
     }
 
@@ -60,10 +61,14 @@ struct Add {
     }
 };
 
-OpDef add_op() { return make_op_def<Add>(); }
+OpDef add_op() {
+    return make_op_def<Add>();
+}
 
 }  // namespace attngraph::ops
 
 namespace attngraph {
-Value add(const Value& a, const Value& b) { return a.builder().node("Add", {a, b}, ops::AddAttrs{}); }
+Value add(const Value& a, const Value& b) {
+    return a.builder().node("Add", {a, b}, ops::AddAttrs{});
+}
 }  // namespace attngraph

@@ -100,7 +100,11 @@ struct Mask {
         const std::size_t rank = xs.size();
         const std::size_t m = rank >= 1 ? xs[rank - 1] : 1, n = rank >= 2 ? xs[rank - 2] : 1;
         const std::size_t per_batch = rank ? element_count(xs) / (xs[0] ? xs[0] : 1) : 1;
-        const int pattern = !a.pattern ? 0 : *a.pattern == "causal" ? 1 : *a.pattern == "window" ? 2 : 3;
+        enum class Pattern { none, causal, window, padding };
+        const Pattern pattern = !a.pattern               ? Pattern::none
+                                : *a.pattern == "causal" ? Pattern::causal
+                                : *a.pattern == "window" ? Pattern::window
+                                                         : Pattern::padding;
         const long w = a.window.value_or(0);
         const bool causal = a.causal.value_or(false);
         std::vector<std::size_t> ms;
@@ -111,11 +115,16 @@ struct Mask {
             if (md && md[broadcast_offset(idx, xs, ms)] == T(0)) return false;
             const long j = static_cast<long>(idx % m), i = static_cast<long>((idx / m) % n);
             switch (pattern) {
-                case 1: return j <= i;
-                case 2: return causal ? (i - j >= 0 && i - j < w) : std::abs(i - j) < w;
-                case 3: return j < lengths[idx / per_batch];
-                default: return true;
+                case Pattern::causal:
+                    return j <= i;
+                case Pattern::window:
+                    return causal ? (i - j >= 0 && i - j < w) : std::abs(i - j) < w;
+                case Pattern::padding:
+                    return j < lengths[idx / per_batch];
+                case Pattern::none:
+                    break;
             }
+            return true;
         };
     }
 
@@ -143,7 +152,9 @@ struct Mask {
     }
 };
 
-OpDef mask_op() { return make_op_def<Mask>(); }
+OpDef mask_op() {
+    return make_op_def<Mask>();
+}
 
 }  // namespace attngraph::ops
 
@@ -157,5 +168,7 @@ Value mask_window(const Value& x, int window, bool causal) {
 Value mask_padding(const Value& x, std::vector<int> lengths) {
     return x.builder().node("Mask", {x}, ops::MaskAttrs{"padding", {}, {}, std::move(lengths)});
 }
-Value mask(const Value& x, const Value& keep) { return x.builder().node("Mask", {x, keep}, ops::MaskAttrs{}); }
+Value mask(const Value& x, const Value& keep) {
+    return x.builder().node("Mask", {x, keep}, ops::MaskAttrs{});
+}
 }  // namespace attngraph

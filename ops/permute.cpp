@@ -45,7 +45,9 @@ struct Permute {
     }
 };
 
-OpDef permute_op() { return make_op_def<Permute>(); }
+OpDef permute_op() {
+    return make_op_def<Permute>();
+}
 
 }  // namespace attngraph::ops
 

@@ -72,7 +72,9 @@ struct Reshape {
     }
 };
 
-OpDef reshape_op() { return make_op_def<Reshape>(); }
+OpDef reshape_op() {
+    return make_op_def<Reshape>();
+}
 
 }  // namespace attngraph::ops
 

@@ -77,7 +77,9 @@ struct Slice {
     }
 };
 
-OpDef slice_op() { return make_op_def<Slice>(); }
+OpDef slice_op() {
+    return make_op_def<Slice>();
+}
 
 }  // namespace attngraph::ops
 

@@ -110,7 +110,9 @@ struct Split {
     }
 };
 
-OpDef split_op() { return make_op_def<Split>(); }
+OpDef split_op() {
+    return make_op_def<Split>();
+}
 
 }  // namespace attngraph::ops
 

@@ -14,7 +14,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const std::vector<std::string> kVariants = {"mha", "mha-batched", "causal", "cross", "mqa", "gqa", "sliding-window", "alibi"};
+const std::vector<std::string> kVariants = {"mha", "mha-batched", "causal",         "cross",
+                                            "mqa", "gqa",         "sliding-window", "alibi"};
 
 std::string slurp(const fs::path& p) {
     std::ifstream in(p);
@@ -40,7 +41,8 @@ BOOST_AUTO_TEST_CASE(every_variant_file_checks_and_runs) {
             BOOST_TEST(check.code == 0);
             BOOST_TEST(check.out.find(", ok") != std::string::npos);
             test::TempDir dir;
-            const auto run = run_cli("run '" + file.string() + "' --trace '" + (dir.path / "t").string() + "' --format text");
+            const auto run =
+                run_cli("run '" + file.string() + "' --trace '" + (dir.path / "t").string() + "' --format text");
             BOOST_TEST(run.code == 0, run.err);
             BOOST_TEST(run.out.find("Y (") != std::string::npos);
             BOOST_TEST(fs::exists(dir.path / "t" / "trace.txt"));
@@ -58,7 +60,8 @@ BOOST_AUTO_TEST_CASE(variant_files_are_made_by_their_description) {
             std::string command = doc["description"].get<std::string>();
             BOOST_REQUIRE(command.rfind("attngraph new " + v + " ", 0) == 0);
             test::TempDir dir;
-            const auto r = run_cli(command.substr(std::string("attngraph ").size()) + " -o '" + (dir.path / "g.json").string() + "'");
+            const auto r = run_cli(command.substr(std::string("attngraph ").size()) + " -o '" +
+                                   (dir.path / "g.json").string() + "'");
             BOOST_TEST(r.code == 0, r.err);
             BOOST_TEST(slurp(dir.path / "g.json") == slurp(file));
         }
@@ -83,17 +86,20 @@ BOOST_AUTO_TEST_CASE(refuses_to_overwrite_without_force) {
 
 BOOST_AUTO_TEST_CASE(weights_as_npy_files) {
     test::TempDir dir;
-    const auto r = run_cli("new gqa --batch 2 --seq 4 --d-model 8 --heads 4 --groups 2 -o g.json --weights-dir w", dir.path);
+    const auto r =
+        run_cli("new gqa --batch 2 --seq 4 --d-model 8 --heads 4 --groups 2 -o g.json --weights-dir w", dir.path);
     BOOST_TEST(r.code == 0, r.err);
     const auto doc = nlohmann::json::parse(slurp(dir.path / "g.json"));
     BOOST_TEST(doc["tensors"]["X"]["npy"] == "w/X.npy");
     BOOST_TEST((load_npy(dir.path / "w" / "Wqkv.npy").shape() == Shape{8, 16}));  // d + 2·g·d_k = 8 + 2·2·2
     BOOST_TEST(run_cli("run g.json", dir.path).code == 0);
     // the same graph with inline weights gives the same Y
-    BOOST_TEST(run_cli("new gqa --batch 2 --seq 4 --d-model 8 --heads 4 --groups 2 -o inline.json", dir.path).code == 0);
+    BOOST_TEST(run_cli("new gqa --batch 2 --seq 4 --d-model 8 --heads 4 --groups 2 -o inline.json", dir.path).code ==
+               0);
     BOOST_TEST(run_cli("run g.json", dir.path).out == run_cli("run inline.json", dir.path).out);
     // a non-empty weights directory is refused
-    const auto again = run_cli("new gqa --batch 2 --seq 4 --d-model 8 --heads 4 --groups 2 -o g2.json --weights-dir w", dir.path);
+    const auto again =
+        run_cli("new gqa --batch 2 --seq 4 --d-model 8 --heads 4 --groups 2 -o g2.json --weights-dir w", dir.path);
     BOOST_TEST(again.code != 0);
     BOOST_TEST(!fs::exists(dir.path / "g2.json"));
 }
@@ -119,7 +125,8 @@ BOOST_AUTO_TEST_CASE(bad_arguments_are_one_line_errors_and_write_nothing) {
         {"new cross --seq 4 --d-model 8 --heads 2 -o x.json", "kv_seq"},
         {"new causal --seq 4 --d-model 8 --heads 2 --window 2 -o x.json", "takes no window"},
         {"new sliding-window --seq 4 --d-model 8 --heads 2 -o x.json", "needs window"},
-        {"new mha-batched --batch 2 --seq 4 --d-model 8 --heads 2 --kv-lengths 4 -o x.json", "padding lengths for batch"},
+        {"new mha-batched --batch 2 --seq 4 --d-model 8 --heads 2 --kv-lengths 4 -o x.json",
+         "padding lengths for batch"},
         {"new", "name a VARIANT"},
     };
     for (const auto& [args, message] : cases) {

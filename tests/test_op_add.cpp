@@ -11,7 +11,9 @@ using namespace attngraph;
 using namespace attngraph::test;
 
 namespace {
-std::any no_attrs() { return OpRegistry::instance().get("Add").parse_attrs(nullptr, "test"); }
+std::any no_attrs() {
+    return OpRegistry::instance().get("Add").parse_attrs(nullptr, "test");
+}
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(shape_rule_broadcasts) {

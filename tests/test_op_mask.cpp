@@ -14,7 +14,9 @@ using namespace attngraph;
 using namespace attngraph::test;
 
 namespace {
-std::any attrs(const nlohmann::json& j) { return OpRegistry::instance().get("Mask").parse_attrs(j, "test"); }
+std::any attrs(const nlohmann::json& j) {
+    return OpRegistry::instance().get("Mask").parse_attrs(j, "test");
+}
 const double NEG = -std::numeric_limits<double>::infinity();
 
 // x = 1, 2, 3, ... masked by a keep table (1 = keep), the expected forward.
@@ -33,7 +35,8 @@ Array<double> counting(const Shape& shape) {
 BOOST_AUTO_TEST_CASE(shape_rule_and_attribute_checks) {
     BOOST_TEST((infer("Mask", attrs({{"pattern", "causal"}}), {{2, 3, 3}})[0] == Shape{2, 3, 3}));
     BOOST_TEST((infer("Mask", attrs(nullptr), {{2, 3, 4}, {3, 4}})[0] == Shape{2, 3, 4}));
-    BOOST_TEST((infer("Mask", attrs({{"pattern", "padding"}, {"lengths", {1, 4}}}), {{2, 2, 3, 4}})[0] == Shape{2, 2, 3, 4}));
+    BOOST_TEST(
+        (infer("Mask", attrs({{"pattern", "padding"}, {"lengths", {1, 4}}}), {{2, 2, 3, 4}})[0] == Shape{2, 2, 3, 4}));
     BOOST_CHECK_THROW(infer("Mask", attrs({{"pattern", "causal"}}), {{3}}), ShapeError);
     BOOST_CHECK_THROW(infer("Mask", attrs({{"pattern", "diagonal"}}), {{3, 3}}), ShapeError);
     BOOST_CHECK_THROW(infer("Mask", attrs({{"pattern", "window"}}), {{3, 3}}), ShapeError);
@@ -88,9 +91,10 @@ BOOST_AUTO_TEST_CASE(forward_mask_tensor_broadcast_over_leading_axes) {
 BOOST_AUTO_TEST_CASE(backward_matches_finite_differences) {
     BOOST_TEST(gradcheck("Mask", attrs({{"pattern", "causal"}}), {random_array({2, 3, 3}, 1)}) < 1e-8);
     BOOST_TEST(gradcheck("Mask", attrs({{"pattern", "window"}, {"window", 2}}), {random_array({4, 5}, 2)}) < 1e-8);
-    BOOST_TEST(gradcheck("Mask", attrs({{"pattern", "padding"}, {"lengths", {3, 1}}}), {random_array({2, 2, 3}, 3)}) < 1e-8);
-    BOOST_TEST(gradcheck("Mask", attrs(nullptr), {random_array({2, 3, 3}, 4), array_of({3}, {1, 0, 1})}, {true, false}) <
+    BOOST_TEST(gradcheck("Mask", attrs({{"pattern", "padding"}, {"lengths", {3, 1}}}), {random_array({2, 2, 3}, 3)}) <
                1e-8);
+    BOOST_TEST(gradcheck("Mask", attrs(nullptr), {random_array({2, 3, 3}, 4), array_of({3}, {1, 0, 1})},
+                         {true, false}) < 1e-8);
 }
 
 BOOST_AUTO_TEST_CASE(backward_is_zero_at_masked_positions) {

@@ -8,7 +8,9 @@ using namespace attngraph;
 using namespace attngraph::test;
 
 namespace {
-std::any attrs(const nlohmann::json& j) { return OpRegistry::instance().get("Slice").parse_attrs(j, "test"); }
+std::any attrs(const nlohmann::json& j) {
+    return OpRegistry::instance().get("Slice").parse_attrs(j, "test");
+}
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(shape_rule) {
@@ -24,7 +26,8 @@ BOOST_AUTO_TEST_CASE(shape_rule) {
 
 BOOST_AUTO_TEST_CASE(forward_hand_computed) {
     const Array<double> x = array_of({2, 4}, {0, 1, 2, 3, 10, 11, 12, 13});
-    BOOST_TEST(max_diff(forward("Slice", attrs({{"start", 1}, {"end", 3}}), {x})[0], array_of({2, 2}, {1, 2, 11, 12})) == 0.0);
+    BOOST_TEST(
+        max_diff(forward("Slice", attrs({{"start", 1}, {"end", 3}}), {x})[0], array_of({2, 2}, {1, 2, 11, 12})) == 0.0);
     BOOST_TEST(max_diff(forward("Slice", attrs({{"axis", 0}, {"start", 1}, {"end", 2}}), {x})[0],
                         array_of({1, 4}, {10, 11, 12, 13})) == 0.0);
     // a middle axis of (2, 3, 2)

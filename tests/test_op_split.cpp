@@ -11,7 +11,9 @@ using namespace attngraph;
 using namespace attngraph::test;
 
 namespace {
-std::any attrs(const nlohmann::json& j) { return OpRegistry::instance().get("Split").parse_attrs(j, "test"); }
+std::any attrs(const nlohmann::json& j) {
+    return OpRegistry::instance().get("Split").parse_attrs(j, "test");
+}
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(shape_rule) {
@@ -45,7 +47,8 @@ BOOST_AUTO_TEST_CASE(backward_matches_finite_differences) {
 BOOST_AUTO_TEST_CASE(backward_skips_outputs_without_gradient) {
     const OpDef& def = OpRegistry::instance().get("Split");
     const std::any a = attrs({{"parts", 2}});
-    Array<double> x = random_array({1, 4}, 3), y0 = Array<double>::from_shape({1, 2}), y1 = y0, dy1 = array_of({1, 2}, {5, 7});
+    Array<double> x = random_array({1, 4}, 3), y0 = Array<double>::from_shape({1, 2}), y1 = y0,
+                  dy1 = array_of({1, 2}, {5, 7});
     Array<double> dx = array_of({1, 4}, {0, 0, 0, 0});
     std::vector<const Array<double>*> in{&x}, out{&y0, &y1}, dout{nullptr, &dy1};
     std::vector<Array<double>*> din{&dx};

@@ -25,7 +25,9 @@ Vec values(const Tensor& t) {
     for (std::size_t i = 0; i < v.size(); ++i) v[i] = t.at_flat(i);
     return v;
 }
-Vec tensor_values(const Graph& g, const std::string& name) { return values(*g.value(g.at(name)).data); }
+Vec tensor_values(const Graph& g, const std::string& name) {
+    return values(*g.value(g.at(name)).data);
+}
 
 // Columns [c0, c0 + cols) of a row-major (rows, total) matrix.
 Vec columns(const Vec& w, std::size_t rows, std::size_t total, std::size_t c0, std::size_t cols) {
@@ -323,7 +325,8 @@ BOOST_AUTO_TEST_CASE(results_are_bit_identical_for_any_thread_count) {
         BOOST_TEST_CONTEXT(label(c)) {
             const Graph g = graphs::build_variant(c);
             const Tensor one = run(g, {.threads = 1, .keep_all = true}).at(g, "Y");
-            for (int threads : {2, 4, 8}) BOOST_TEST((run(g, {.threads = threads, .keep_all = true}).at(g, "Y") == one));
+            for (int threads : {2, 4, 8})
+                BOOST_TEST((run(g, {.threads = threads, .keep_all = true}).at(g, "Y") == one));
         }
     }
 }
