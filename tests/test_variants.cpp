@@ -207,6 +207,13 @@ std::vector<graphs::VariantConfig> cases() {
     return out;
 }
 
+RunOptions keep_all(int threads = 0) {
+    RunOptions o;
+    o.keep_all = true;
+    o.threads = threads;
+    return o;
+}
+
 std::string label(const graphs::VariantConfig& c) {
     std::string s = c.variant + " B=" + std::to_string(c.batch) + " n=" + std::to_string(c.seq);
     if (!c.lengths.empty()) s += " padded";
@@ -237,7 +244,7 @@ BOOST_AUTO_TEST_CASE(causal_graphs_give_no_weight_to_later_keys) {
         if (c.variant != "causal" && c.variant != "alibi" && !(c.variant == "sliding-window" && c.causal)) continue;
         BOOST_TEST_CONTEXT(label(c)) {
             const Graph g = graphs::build_variant(c);
-            const RunResult r = run(g, {.keep_all = true});
+            const RunResult r = run(g, keep_all());
             const Tensor& a = r.at(g, "A");
             const Shape s = a.shape();
             const std::size_t n = s[s.size() - 2], m = s.back();
@@ -260,7 +267,7 @@ BOOST_AUTO_TEST_CASE(sliding_window_weight_only_inside_the_window) {
         if (c.variant != "sliding-window") continue;
         BOOST_TEST_CONTEXT(label(c) << (c.causal ? " causal" : "")) {
             const Graph g = graphs::build_variant(c);
-            const RunResult r = run(g, {.keep_all = true});
+            const RunResult r = run(g, keep_all());
             const Tensor& a = r.at(g, "A");
             const Shape s = a.shape();
             const std::size_t n = s[s.size() - 2], m = s.back(), per_batch = a.size() / s[0];
@@ -316,7 +323,7 @@ BOOST_DATA_TEST_CASE(batched_form_equals_per_head_form, bdata::make({0, 1}), f64
 
 BOOST_AUTO_TEST_CASE(batched_form_reproduces_the_seed_document) {
     const Graph g = graphs::build_batched_mha(graphs::seed_mha_config(), graphs::seed_mha_weights());
-    const RunResult r = run(g, {.keep_all = true});
+    const RunResult r = run(g, keep_all());
     BOOST_TEST(test::max_abs_diff(r.at(g, "Y"), test::seed_values()["Y"]) <= 2e-6);
 }
 
@@ -324,9 +331,9 @@ BOOST_AUTO_TEST_CASE(results_are_bit_identical_for_any_thread_count) {
     for (const auto& c : cases()) {
         BOOST_TEST_CONTEXT(label(c)) {
             const Graph g = graphs::build_variant(c);
-            const Tensor one = run(g, {.threads = 1, .keep_all = true}).at(g, "Y");
+            const Tensor one = run(g, keep_all(1)).at(g, "Y");
             for (int threads : {2, 4, 8})
-                BOOST_TEST((run(g, {.threads = threads, .keep_all = true}).at(g, "Y") == one));
+                BOOST_TEST((run(g, keep_all(threads)).at(g, "Y") == one));
         }
     }
 }
