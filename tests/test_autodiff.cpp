@@ -86,6 +86,65 @@ BOOST_AUTO_TEST_CASE(shared_inputs_and_several_outputs) {
     BOOST_TEST(r.max_rel_error <= 1e-6, r.report());
 }
 
+// A two-output op (a stand-in for Split): the top and bottom halves of x's rows.
+namespace {
+struct HalvesAttrs {};
+}  // namespace
+BOOST_HANA_ADAPT_STRUCT(HalvesAttrs);
+namespace {
+struct Halves {
+    static constexpr const char* name = "HalvesTestOp";
+    static constexpr int min_inputs = 1, max_inputs = 1;
+    using Attrs = HalvesAttrs;
+    static std::vector<Shape> infer_shape(const Attrs&, const std::vector<Shape>& in) {
+        Shape h = in[0];
+        h[0] /= 2;
+        return {h, h};
+    }
+    static std::string formula(const Attrs&, const std::vector<std::string>& v) { return "halves(" + v[0] + ")"; }
+    template <class T>
+    static void forward(const Attrs&, In<T> in, Out<T> out) {
+        const std::size_t half = out[0]->size();
+        std::copy(in[0]->data(), in[0]->data() + half, out[0]->data());
+        std::copy(in[0]->data() + half, in[0]->data() + 2 * half, out[1]->data());
+    }
+    template <class T>
+    static void backward(const Attrs&, In<T>, In<T>, In<T> dout, Out<T> din) {
+        if (!din[0]) return;
+        const std::size_t half = dout[0]->size();
+        for (std::size_t i = 0; i < half; ++i) {
+            din[0]->data()[i] += dout[0]->data()[i];
+            din[0]->data()[half + i] += dout[1]->data()[i];
+        }
+    }
+};
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(multi_output_nodes) {
+    OpRegistry::instance().add(make_op_def<Halves>());
+    GraphBuilder g("halves", DType::f64);
+    Value x = g.input("x", graphs::random_tensor({4, 3}, DType::f64, 1));
+    Value w = g.param("w", graphs::random_tensor({3, 3}, DType::f64, 2));
+    Value h = g.node("HalvesTestOp", {linear(x, w)}, HalvesAttrs{}, "h");
+    g.output(softmax(matmul(h[0], transpose(h[1]))).as("y"));  // both outputs reach y
+    g.output(scale(h[0], 2.0).as("z"));                         // h:0 feeds two nodes
+    const GradcheckResult both = gradcheck(g.build());
+    BOOST_TEST(both.max_rel_error <= 1e-6, both.report());
+
+    GraphBuilder g1("half_used", DType::f64);
+    Value x1 = g1.input("x", graphs::random_tensor({4, 3}, DType::f64, 1));
+    Value h1 = g1.node("HalvesTestOp", {x1}, HalvesAttrs{}, "h");
+    g1.output(scale(h1[1], -3.0).as("y"));  // h:0 reaches nothing: its gradient is zero
+    const Graph graph = g1.build();
+    const Gradients grads = backward(graph, forward(graph));
+    for (std::size_t i = 0; i < 6; ++i) {
+        BOOST_TEST(grads.at("x").at_flat(i) == 0.0);
+        BOOST_TEST(grads.at("x").at_flat(6 + i) == -3.0);
+        BOOST_TEST(grads.at("h:0").at_flat(i) == 0.0);
+        BOOST_TEST(grads.at("h:1").at_flat(i) == -3.0);
+    }
+}
+
 // ---- gradients of nodes, by plain loops ----------------------------------------------------
 
 BOOST_AUTO_TEST_CASE(node_gradients_by_plain_loops) {
