@@ -53,7 +53,12 @@ OutputGrads read_output_grads(const Graph& graph, const GradArgs& args) {
             name = graph.value(graph.outputs()[0]).name;
         }
         if (files.count(name)) throw Error("--output-grad: two gradients given for output '" + name + "'");
-        Tensor g = load_npy(file);
+        Tensor g;
+        try {
+            g = load_npy(file);
+        } catch (const IoError& e) {
+            throw IoError("--output-grad " + spec + ": " + e.what());
+        }
         const Shape& want = graph.value(graph.at(name)).shape;
         if (g.shape() != want)
             throw ShapeError("--output-grad " + spec + ": gradient of output '" + name + "' is " + shape_str(g.shape()) +
