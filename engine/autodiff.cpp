@@ -114,6 +114,10 @@ public:
         for (std::size_t v = 0; v < values.size(); ++v) {
             m_remaining[v] = static_cast<int>(plan.edges[v].size());
             if (!plan.edges[v].empty()) m_extra[v].resize(plan.edges[v].size() - 1);
+            if (fwd.values[v] && fwd.values[v]->dtype() != dtype_of<T>())
+                throw GraphError("forward value '" + values[v].name + "' is " + to_string(fwd.values[v]->dtype()) +
+                                 " but graph '" + g.name() + "' computes in " + to_string(dtype_of<T>()) +
+                                 ": not a run of this graph");
             if (fwd.values[v]) m_forward[v] = &fwd.values[v]->as<T>();
             else if (values[v].data) m_forward[v] = &values[v].data->as<T>();
         }

@@ -281,6 +281,8 @@ BOOST_AUTO_TEST_CASE(errors_are_typed_and_name_what_is_wrong) {
     BOOST_CHECK_THROW(backward(g, fwd, {}, o), GraphError);
     BOOST_TEST(message([&] { backward(g, fwd, {}, o); }).find("'head9.Wq'") != std::string::npos);
 
+    BOOST_CHECK_THROW(backward(g.with_dtype(DType::f32), fwd), GraphError);  // a run in another dtype
+
     RunOptions plain;  // outputs only
     BOOST_CHECK_THROW(backward(g, run(g, plain)), GraphError);
     BOOST_TEST(message([&] { backward(g, run(g, plain)); }).find("keep_all") != std::string::npos);
