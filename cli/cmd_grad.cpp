@@ -82,7 +82,7 @@ void add_grad_command(CLI::App& app) {
     add_graph_args(*cmd, args->graph);
     cmd->add_option("--output-grad", args->output_grads,
                     "G for the output: FILE.npy, or NAME=FILE.npy once per output (default: all ones)");
-    cmd->add_option("--wrt", args->wrt, "Print the gradients of these tensors or nodes (comma-separated; default: every param)");
+    cmd->add_option("--wrt", args->wrt, "Print the gradients of these tensors or nodes (comma-separated; default: every param, or every input without params)");
     cmd->add_option("--trace", args->trace_dir,
                     "Write the forward trace and the gradient of every node and tensor (grad/<name>.npy) to this directory");
     cmd->add_flag("--force", args->force, "Replace an existing non-empty trace directory");
@@ -94,9 +94,11 @@ void add_grad_command(CLI::App& app) {
             if (graph.find(name) < 0)
                 throw GraphError("--wrt " + name + ": graph '" + graph.name() + "' (" + args->graph.graph +
                                  ") has no tensor or node named '" + name + "'");
-        if (wrt.empty())
+        for (ValueKind kind : {ValueKind::param, ValueKind::input}) {  // every param, else every input
+            if (!wrt.empty()) break;
             for (const auto& v : graph.values())
-                if (v.kind == ValueKind::param) wrt.push_back(v.name);
+                if (v.kind == kind) wrt.push_back(v.name);
+        }
         const OutputGrads output_grads = read_output_grads(graph, *args);
 
         RunOptions run_options;

@@ -170,6 +170,9 @@ BOOST_AUTO_TEST_CASE(several_outputs_need_named_output_grads) {
     auto r = test::run_cli("grad two.json --output-grad g.npy", tmp.path);
     BOOST_TEST(one_line_error(r), r.err);
     BOOST_TEST(r.err.find("NAME=FILE.npy") != std::string::npos);
+    r = test::run_cli("grad two.json", tmp.path);  // no params: the inputs' gradients are printed
+    BOOST_TEST(r.code == 0, r.err);
+    BOOST_TEST(r.out.find("dL/dx (2x2)") != std::string::npos);
     // G_a = 0.5, G_b = ones: dL/dx = 0.5 · 2 + softmax's gradient of sum (zero)
     r = test::run_cli("grad two.json --output-grad a=g.npy --wrt x --trace t", tmp.path);
     BOOST_TEST_REQUIRE(r.code == 0, r.err);
