@@ -116,7 +116,7 @@ std::string matrix_text(const Tensor& t, const Shape& shape, const std::vector<s
     const std::size_t cols = rank >= 1 ? shape[rank - 1] : 1;
     const bool row_labels = label && rank >= 2 && !tokens.empty() && rows == tokens.size();
     const bool col_labels = label && rank >= 1 && !tokens.empty() && cols == tokens.size();
-    const std::size_t slices = rows * cols ? t.size() / (rows * cols) : 0;
+    const std::size_t slices = rows * cols != 0 ? t.size() / (rows * cols) : 0;
     std::size_t width = 10;
     for (std::size_t i = 0; i < t.size(); ++i) width = std::max(width, number6(t.at_flat(i)).size() + 2);
     std::size_t label_width = 0;
