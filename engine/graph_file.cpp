@@ -94,8 +94,10 @@ Tensor make_tensor(const Shape& shape, const std::vector<double>& flat, DType dt
 fs::path resolve_npy(const std::string& rel, const fs::path& base_dir, bool allow_outside, const std::string& where) {
     const fs::path p = fs::path(rel).is_absolute() ? fs::path(rel) : base_dir / rel;
     if (!allow_outside) {
-        const fs::path base = fs::weakly_canonical(base_dir.empty() ? fs::path(".") : base_dir);
-        const fs::path target = fs::weakly_canonical(p);
+        // absolute first: weakly_canonical leaves a relative path with no existing prefix
+        // ("missing.npy") relative, and it would then seem to leave the folder
+        const fs::path base = fs::weakly_canonical(fs::absolute(base_dir.empty() ? fs::path(".") : base_dir));
+        const fs::path target = fs::weakly_canonical(fs::absolute(p));
         auto [b, t] = std::mismatch(base.begin(), base.end(), target.begin(), target.end());
         if (b != base.end())
             throw GraphError(where + ": \"npy\" path '" + rel +
