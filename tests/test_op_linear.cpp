@@ -72,6 +72,10 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(forward_by_hand, T, Types) {
                            {literal<T>({1, 2}, {0.5, -1.5}), literal<T>({2, 2}, {2, 0.25, 1, -4}),
                             literal<T>({2}, {0.125, 0})}),
                 {1, 2}, {-0.375, 6.125}, 0);
+    // in = 0: x·W is an empty sum, y is the bias on every row
+    check_close(forward<T>("Linear", nullptr,
+                           {Array<T>::from_shape({2, 0}), Array<T>::from_shape({0, 3}), literal<T>({3}, {1, -2, 3})}),
+                {2, 3}, {1, -2, 3, 1, -2, 3}, 0);
 }
 
 // y[r, j] = sum_i x[r, i] W[i, j] + b[j], in double, over the flattened leading axes of x
