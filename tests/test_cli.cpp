@@ -354,6 +354,13 @@ BOOST_AUTO_TEST_CASE(force_replaces_a_trace_and_an_empty_dir_is_fine) {
     BOOST_TEST_REQUIRE(r.code == 0, r.err);
     BOOST_TEST((listing(dir) == std::set<std::string>{"manifest.json", "trace.txt"}));
     BOOST_TEST((listing(tmp.path) == std::set<std::string>{"t"}));  // no .old- or .tmp- left
+    // "t/" names t too
+    BOOST_TEST_REQUIRE(run_cli("run " + q(seed_graph()) + " --trace t/ --force", tmp.path).code == 0);
+    BOOST_TEST(fs::exists(dir / "Y.npy"));
+    const CliResult fresh = run_cli("run " + q(seed_graph()) + " --trace fresh/", tmp.path);
+    BOOST_TEST_REQUIRE(fresh.code == 0, fresh.err);
+    BOOST_TEST(fs::exists(tmp.path / "fresh" / "Y.npy"));
+    BOOST_TEST((listing(tmp.path) == std::set<std::string>{"fresh", "t"}));
 }
 
 BOOST_AUTO_TEST_CASE(check_prints_the_node_table) {
@@ -474,6 +481,10 @@ BOOST_AUTO_TEST_CASE(bad_inputs) {
     write_text(d / "full" / "keep.txt", "mine");
     expect_failure("run " + seed + " --trace full", {"full", "not empty", "--force"}, d);
     BOOST_TEST((listing(d / "full") == std::set<std::string>{"keep.txt"}));
+    // never the current directory, even with --force
+    expect_failure("run " + seed + " --trace . --force", {"current directory"}, d);
+    fs::create_directories(d / "sub");
+    expect_failure("run " + seed + " --trace .. --force", {"current directory"}, d / "sub");
     write_text(d / "afile", "x");
     expect_failure("run " + seed + " --trace afile", {"afile", "not a directory"}, d);
 
