@@ -3,6 +3,7 @@
 // every bad input of issue 2 points 3 and 8: one line "error: ..." on stderr, a non-zero
 // exit, and no trace directory (nor a hidden temporary one) left behind.
 #include <fstream>
+#include <regex>
 #include <set>
 
 #include <boost/test/unit_test.hpp>
@@ -399,7 +400,20 @@ BOOST_AUTO_TEST_CASE(check_prints_the_node_table) {
 BOOST_AUTO_TEST_CASE(help_lists_the_commands) {
     const CliResult r = run_cli("--help");
     BOOST_TEST(r.code == 0);
-    for (const std::string part : {"Subcommands:", "run", "check"}) BOOST_TEST(r.out.find(part) != std::string::npos, part);
+    const auto listed = r.out.find("Subcommands:");
+    BOOST_TEST_REQUIRE(listed != std::string::npos, r.out);
+    // every subcommand registered in cli/cmd_<name>.cpp is listed
+    const std::regex registered(R"re(add_subcommand\(\s*"([A-Za-z0-9_-]+)")re");
+    std::set<std::string> commands;
+    for (const auto& f : fs::directory_iterator(source_dir() / "cli")) {
+        if (f.path().filename().string().rfind("cmd_", 0) != 0) continue;
+        const std::string code = slurp(f.path());
+        for (std::sregex_iterator m(code.begin(), code.end(), registered), end; m != end; ++m) commands.insert((*m)[1]);
+    }
+    BOOST_TEST(commands.count("run") == 1u);
+    BOOST_TEST(commands.count("check") == 1u);
+    for (const auto& c : commands)
+        BOOST_TEST(std::regex_search(r.out.substr(listed), std::regex("\n  " + c + " ")), c << " missing in --help");
     const CliResult run_help = run_cli("run --help");
     BOOST_TEST(run_help.code == 0);
     for (const std::string part : {"--input", "--trace", "--format", "--only", "--threads", "--dtype", "--force"})
