@@ -59,6 +59,10 @@ struct Transpose {
         Array<T>& y = *out[0];
         const std::size_t rank = x.dimension();
         const auto p = permutation(a, rank);
+        if (rank == 0) {  // a scalar with perm []
+            y.data()[0] = x.data()[0];
+            return;
+        }
         // y[i0..] = x[...]: walk y in order; stride of y's axis i in x is x.stride[p[i]]
         std::vector<std::size_t> xs(rank), ys(rank);
         for (std::size_t i = 0; i < rank; ++i) {
