@@ -39,5 +39,6 @@ std::vector<std::string> split_globs(const std::vector<std::string>& values);
 void add_run_command(CLI::App& app);
 void add_check_command(CLI::App& app);
 void add_new_command(CLI::App& app);
+void add_grad_command(CLI::App& app);
 
 }  // namespace attngraph::cli

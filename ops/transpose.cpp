@@ -46,6 +46,13 @@ struct Transpose {
     static void forward(const Attrs& a, In<T> in, Out<T> out) {
         permute_axes(*in[0], permutation(a, in[0]->dimension()), *out[0]);
     }
+
+    // in the forward pass this was: y = permute(x, p); dx += permute(dy, p⁻¹)
+    template <class T>
+    static void backward(const Attrs& a, In<T>, In<T>, In<T> dout, Out<T> din) {
+        if (!din[0]) return;
+        permute_axes(*dout[0], inverse_permutation(permutation(a, din[0]->dimension())), *din[0], true);
+    }
 };
 
 OpDef transpose_op() { return make_op_def<Transpose>(); }

@@ -32,8 +32,7 @@ BOOST_AUTO_TEST_CASE(list_names_every_variant) {
     for (const auto& v : kVariants) BOOST_TEST(r.out.find(v + " ") != std::string::npos, v);
 }
 
-// `attngraph grad` on every variant file joins this test once the autodiff branch has merged.
-BOOST_AUTO_TEST_CASE(every_variant_file_checks_and_runs) {
+BOOST_AUTO_TEST_CASE(every_variant_file_checks_runs_and_grads) {
     for (const auto& v : kVariants) {
         BOOST_TEST_CONTEXT("graphs/" << v << ".json") {
             const fs::path file = test::source_dir() / "graphs" / (v + ".json");
@@ -49,6 +48,9 @@ BOOST_AUTO_TEST_CASE(every_variant_file_checks_and_runs) {
             BOOST_TEST(fs::exists(dir.path / "t" / "trace.txt"));
             const auto f64 = run_cli("run '" + file.string() + "' --dtype f64 --threads 1");
             BOOST_TEST(f64.code == 0, f64.err);
+            const auto grad = run_cli("grad '" + file.string() + "' --trace '" + (dir.path / "g").string() + "'");
+            BOOST_TEST(grad.code == 0, grad.err);
+            BOOST_TEST(fs::exists(dir.path / "g" / "grad" / "Wo.npy"));
         }
     }
 }

@@ -9,6 +9,7 @@
 
 #include "engine/error.hpp"
 #include "engine/executor.hpp"
+#include "engine/gradcheck.hpp"
 #include "engine/trace.hpp"
 #include "graphs/mha.hpp"
 #include "graphs/variants.hpp"
@@ -235,6 +236,17 @@ BOOST_DATA_TEST_CASE(variant_matches_plain_loop_reference, bdata::make({0, 1}), 
             const double tol = f64 ? 1e-9 : 1e-5;
             BOOST_TEST(rel_diff(values(r.at(g, "Y")), ref.y) <= tol);
             if (c.variant != "mha") BOOST_TEST(rel_diff(values(r.at(g, "A")), ref.a) <= tol);
+        }
+    }
+}
+
+BOOST_AUTO_TEST_CASE(backward_of_every_variant_matches_finite_differences) {
+    for (auto c : cases()) {
+        c.dtype = DType::f64;
+        BOOST_TEST_CONTEXT(label(c)) {
+            const GradcheckResult r = gradcheck(graphs::build_variant(c));
+            BOOST_TEST(r.entries.size() >= 5u);
+            BOOST_TEST(r.max_rel_error < 1e-6, r.report());
         }
     }
 }
