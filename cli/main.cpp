@@ -12,6 +12,11 @@ int main(int argc, char** argv) {
     app.set_help_all_flag("--help-all", "Help for every subcommand");
     attngraph::cli::add_run_command(app);
     attngraph::cli::add_check_command(app);
+    attngraph::cli::add_dot_command(app);
+    attngraph::cli::add_heatmap_command(app);
+    attngraph::cli::add_report_command(app);
+    attngraph::cli::add_diff_command(app);
+    attngraph::cli::add_explain_command(app);
     try {
         app.parse(argc, argv);
     } catch (const CLI::CallForHelp& e) {
