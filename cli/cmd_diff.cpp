@@ -33,7 +33,7 @@ void add_diff_command(CLI::App& app) {
     cmd->callback([args] {
         const inspect::TraceDir a(args->a), b(args->b);
         const inspect::DiffResult r = inspect::diff_traces(a, b, args->options);
-        std::printf("%-24s %-10s %-12s %-12s %s\n", "name", "status", "max abs", "max rel", "shape");
+        std::printf("%-24s %-13s %-12s %-12s %s\n", "name", "status", "max abs", "max rel", "shape");
         for (const auto& row : r.rows) {
             if (args->quiet && !row.diverges()) continue;
             const bool compared = row.status == "ok" || row.status == "DIFFERS" || row.status == "SHAPE";
@@ -41,7 +41,7 @@ void add_diff_command(CLI::App& app) {
             if (row.status == "SHAPE") shape += " vs " + shape_str(row.shape_b);
             std::string status = row.status;
             if (row.status == "DIFFERS") status += " " + std::to_string(row.bad) + "/" + std::to_string(row.count);
-            std::printf("%-24s %-10s %-12s %-12s %s\n", row.name.c_str(), status.c_str(),
+            std::printf("%-24s %-13s %-12s %-12s %s\n", row.name.c_str(), status.c_str(),
                         compared ? err_text(row.max_abs).c_str() : "-", compared ? err_text(row.max_rel).c_str() : "-",
                         compared ? shape.c_str() : "");
         }
