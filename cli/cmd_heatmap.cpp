@@ -18,7 +18,8 @@ struct HeatmapArgs {
 
 void add_heatmap_command(CLI::App& app) {
     auto args = std::make_shared<HeatmapArgs>();
-    CLI::App* cmd = app.add_subcommand("heatmap", "Draw one traced matrix as an SVG heatmap (token labels, values on hover)");
+    CLI::App* cmd =
+        app.add_subcommand("heatmap", "Draw one traced matrix as an SVG heatmap (token labels, values on hover)");
     cmd->add_option("trace", args->trace_dir, "Trace directory (written by run --trace)")->required();
     cmd->add_option("--node", args->node, "Name of the traced value")->required();
     cmd->add_option("-o,--output", args->output, "SVG file to write ('-' for stdout)")->required();

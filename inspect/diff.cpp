@@ -34,8 +34,10 @@ DiffRow compare(const std::string& name, const Tensor& a, const Tensor& b, const
         }
         const double d = std::abs(x - y);
         r.max_abs = std::max(r.max_abs, d);
-        if (y != 0) r.max_rel = std::max(r.max_rel, d / std::abs(y));
-        else if (d > 0) r.max_rel = std::numeric_limits<double>::infinity();
+        if (y != 0)
+            r.max_rel = std::max(r.max_rel, d / std::abs(y));
+        else if (d > 0)
+            r.max_rel = std::numeric_limits<double>::infinity();
     }
     r.status = r.bad ? "DIFFERS" : "ok";
     return r;

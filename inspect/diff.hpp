@@ -17,11 +17,11 @@ struct DiffOptions {
 /// @brief One compared value.
 struct DiffRow {
     std::string name;
-    std::string status;         ///< "ok", "DIFFERS", "SHAPE", "only in A", "only in B"
+    std::string status;  ///< "ok", "DIFFERS", "SHAPE", "only in A", "only in B"
     Shape shape_a, shape_b;
-    double max_abs = 0;         ///< largest |a - b| (inf when non-finite patterns differ)
-    double max_rel = 0;         ///< largest |a - b| / |b| (over elements with b != 0)
-    std::size_t bad = 0;        ///< elements out of tolerance
+    double max_abs = 0;   ///< largest |a - b| (inf when non-finite patterns differ)
+    double max_rel = 0;   ///< largest |a - b| / |b| (over elements with b != 0)
+    std::size_t bad = 0;  ///< elements out of tolerance
     std::size_t count = 0;
     bool diverges() const { return status == "DIFFERS" || status == "SHAPE"; }
 };

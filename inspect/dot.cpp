@@ -18,6 +18,13 @@ std::string dot_quote(const std::string& s) {
     return out + "\"";
 }
 
+// "n12", "v3", ":1", built by appending (GCC 12 -Wrestrict misfires on "n" + std::to_string(i))
+std::string id_of(char prefix, std::size_t i) {
+    std::string s(1, prefix);
+    s += std::to_string(i);
+    return s;
+}
+
 std::string prefix_of(const std::string& name) {
     const auto dot = name.find('.');
     return dot == std::string::npos || dot == 0 ? std::string() : name.substr(0, dot);
@@ -25,8 +32,10 @@ std::string prefix_of(const std::string& name) {
 
 std::string ms(double seconds) {
     char buf[32];
-    if (seconds < 1e-3) std::snprintf(buf, sizeof buf, "%.1f µs", seconds * 1e6);
-    else std::snprintf(buf, sizeof buf, "%.3f ms", seconds * 1e3);
+    if (seconds < 1e-3)
+        std::snprintf(buf, sizeof buf, "%.1f µs", seconds * 1e6);
+    else
+        std::snprintf(buf, sizeof buf, "%.3f ms", seconds * 1e3);
     return buf;
 }
 
@@ -34,7 +43,8 @@ std::string ms(double seconds) {
 std::string time_colour(double fraction) {
     fraction = std::clamp(fraction, 0.0, 1.0);
     char buf[8];
-    std::snprintf(buf, sizeof buf, "#ff%02x%02x", static_cast<int>(255 - 120 * fraction), static_cast<int>(255 - 230 * fraction));
+    std::snprintf(buf, sizeof buf, "#ff%02x%02x", static_cast<int>(255 - 120 * fraction),
+                  static_cast<int>(255 - 230 * fraction));
     return buf;
 }
 
@@ -67,7 +77,7 @@ std::string graph_dot(const Graph& g, const DotOptions& o) {
         const ValueInfo& v = g.values()[id];
         if (!v.data || !leaf_shown(v)) continue;
         const std::string label = v.name + "\n" + to_string(v.kind) + " " + shape_str(v.shape);
-        place(v.name, "v" + std::to_string(id) + " [shape=note, style=filled, fillcolor=" +
+        place(v.name, id_of('v', id) + " [shape=note, style=filled, fillcolor=" +
                           std::string(v.kind == ValueKind::input ? "\"#dbe9f6\"" : "\"#eeeeee\"") +
                           ", label=" + dot_quote(label) + "];");
     }
@@ -78,10 +88,11 @@ std::string graph_dot(const Graph& g, const DotOptions& o) {
         std::string label = n.name + "\n" + n.op->name + " " + shapes;
         std::string fill = "\"#ffffff\"";
         if (seconds[i]) {
-            label += "\n" + ms(*seconds[i]);
+            label += '\n';
+            label += ms(*seconds[i]);
             fill = dot_quote(time_colour(slowest > 0 ? *seconds[i] / slowest : 0));
         }
-        place(n.name, "n" + std::to_string(i) + " [shape=box, style=\"rounded,filled\", fillcolor=" + fill +
+        place(n.name, id_of('n', i) + " [shape=box, style=\"rounded,filled\", fillcolor=" + fill +
                           ", label=" + dot_quote(label) + "];");
     }
 
@@ -108,19 +119,21 @@ std::string graph_dot(const Graph& g, const DotOptions& o) {
         for (int id : n.inputs) {
             const ValueInfo& v = g.value(id);
             if (v.data && !leaf_shown(v)) continue;
-            const std::string from = v.producer >= 0 ? "n" + std::to_string(v.producer) : "v" + std::to_string(id);
+            const std::string from = v.producer >= 0 ? id_of('n', static_cast<std::size_t>(v.producer))
+                                                     : id_of('v', static_cast<std::size_t>(id));
             std::string attrs;
             if (v.producer >= 0 && g.nodes()[static_cast<std::size_t>(v.producer)].outputs.size() > 1)
-                attrs = " [label=" + dot_quote(":" + std::to_string(v.output_index)) + ", fontsize=8]";
-            s += "  " + from + " -> n" + std::to_string(i) + attrs + ";\n";
+                attrs = " [label=" + dot_quote(id_of(':', static_cast<std::size_t>(v.output_index))) + ", fontsize=8]";
+            s += "  " + from + " -> " + id_of('n', i) + attrs + ";\n";
         }
     }
     // the graph's outputs
     for (int id : g.outputs()) {
         const ValueInfo& v = g.value(id);
         if (v.producer < 0) continue;
-        s += "  out" + std::to_string(id) + " [shape=plaintext, label=" + dot_quote("output " + v.name) + "];\n";
-        s += "  n" + std::to_string(v.producer) + " -> out" + std::to_string(id) + ";\n";
+        const std::string out = "out" + v.name;
+        s += "  " + dot_quote(out) + " [shape=plaintext, label=" + dot_quote("output " + v.name) + "];\n";
+        s += "  " + id_of('n', static_cast<std::size_t>(v.producer)) + " -> " + dot_quote(out) + ";\n";
     }
     s += "}\n";
     return s;

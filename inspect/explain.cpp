@@ -29,7 +29,9 @@ std::string shape_tex(const Shape& s) {
 }
 
 // "X\ (shape=3\times 4)"
-std::string operand(const std::string& tex, const Shape& s) { return tex + "\\ (shape=" + shape_tex(s) + ")"; }
+std::string operand(const std::string& tex, const Shape& s) {
+    return tex + "\\ (shape=" + shape_tex(s) + ")";
+}
 
 // Indices shown along an axis of length n: all, or the first max-2, a gap (npos), the last.
 std::vector<std::size_t> shown(std::size_t n, std::size_t max) {
@@ -60,8 +62,8 @@ public:
         std::vector<bool> shown_leaf(m_graph.values().size(), false);
         int step = 0;
         for (const Node& node : m_graph.nodes()) {
-            m_out += "\n## " + std::to_string(++step) + ". `" + m_graph.value(node.outputs.at(0)).name + "` = " +
-                     node.op->name + "\n\n";
+            m_out += "\n## " + std::to_string(++step) + ". `" + m_graph.value(node.outputs.at(0)).name +
+                     "` = " + node.op->name + "\n\n";
             for (int id : node.inputs) {
                 const ValueInfo& v = m_graph.value(id);
                 if (!v.data || shown_leaf[static_cast<std::size_t>(id)]) continue;
@@ -100,7 +102,10 @@ private:
                     ix[a] = rem % s[a];
                     rem /= s[a];
                 }
-                for (auto i : ix) idx += (idx.empty() ? "" : ",") + std::to_string(i);
+                for (auto i : ix) {
+                    if (!idx.empty()) idx += ',';
+                    idx += std::to_string(i);
+                }
                 head += "_{[" + idx + ",:,:]}";
             }
             m_out += fence + " " + head + "\\ (shape=" + shape_tex(s) + ")= \\begin{bmatrix} ";
@@ -109,9 +114,12 @@ private:
                 if (a) m_out += "\\\\ ";
                 for (std::size_t b = 0; b < ci.size(); ++b) {
                     if (b) m_out += " & ";
-                    if (ri[a] == std::string::npos) m_out += ci[b] == std::string::npos ? "\\ddots" : "\\vdots";
-                    else if (ci[b] == std::string::npos) m_out += "\\cdots";
-                    else m_out += number(t.at_flat(k * per + ri[a] * cols + ci[b]));
+                    if (ri[a] == std::string::npos)
+                        m_out += ci[b] == std::string::npos ? "\\ddots" : "\\vdots";
+                    else if (ci[b] == std::string::npos)
+                        m_out += "\\cdots";
+                    else
+                        m_out += number(t.at_flat(k * per + ri[a] * cols + ci[b]));
                 }
             }
             m_out += " \\end{bmatrix} " + close + "\n\n";
@@ -146,8 +154,9 @@ private:
         } else if (op == "Softmax") {
             const int axis = attrs.value("axis", -1);
             display(operand(y, ys) + "=\\mathrm{softmax}\\left(" + op_tex(in[0]) + "\\right)" +
-                    (axis == -1 || axis == static_cast<int>(ys.size()) - 1 ? "\\quad\\text{(row-wise)}"
-                                                                           : "\\quad\\text{(axis " + std::to_string(axis) + ")}"));
+                    (axis == -1 || axis == static_cast<int>(ys.size()) - 1
+                         ? "\\quad\\text{(row-wise)}"
+                         : "\\quad\\text{(axis " + std::to_string(axis) + ")}"));
         } else {
             std::string args;
             for (int id : in) args += (args.empty() ? "" : ",\\ ") + op_tex(id);

@@ -11,8 +11,8 @@
 namespace attngraph::inspect {
 
 struct ExplainOptions {
-    std::size_t max_side = 12;    ///< larger axes are elided (first rows, ⋯, last row)
-    std::size_t max_slices = 4;   ///< 2-D slices shown of a tensor of rank > 2
+    std::size_t max_side = 12;   ///< larger axes are elided (first rows, ⋯, last row)
+    std::size_t max_slices = 4;  ///< 2-D slices shown of a tensor of rank > 2
 };
 
 /// @brief The walkthrough of `result`, a run of `graph` that kept every value (keep_all).

@@ -65,7 +65,9 @@ bool is_light(const std::string& hex_colour) {
 }
 
 std::string range_label(const std::vector<std::string>& labels, std::size_t begin, std::size_t end) {
-    auto one = [&](std::size_t i) { return labels.empty() ? std::to_string(i) : labels[i] + " (" + std::to_string(i) + ")"; };
+    auto one = [&](std::size_t i) {
+        return labels.empty() ? std::to_string(i) : labels[i] + " (" + std::to_string(i) + ")";
+    };
     return end - begin == 1 ? one(begin) : one(begin) + " … " + one(end - 1);
 }
 
@@ -135,12 +137,23 @@ std::string xml_escape(const std::string& text) {
     out.reserve(text.size());
     for (char c : text) {
         switch (c) {
-            case '&': out += "&amp;"; break;
-            case '<': out += "&lt;"; break;
-            case '>': out += "&gt;"; break;
-            case '"': out += "&quot;"; break;
-            case '\'': out += "&#39;"; break;
-            default: out += c;
+            case '&':
+                out += "&amp;";
+                break;
+            case '<':
+                out += "&lt;";
+                break;
+            case '>':
+                out += "&gt;";
+                break;
+            case '"':
+                out += "&quot;";
+                break;
+            case '\'':
+                out += "&#39;";
+                break;
+            default:
+                out += c;
         }
     }
     return out;
@@ -195,7 +208,8 @@ std::string heatmap_svg(const MatrixView& full, const HeatmapOptions& o) {
     if (full.slices > 1) heading += ", slice " + std::to_string(full.slice) + " of " + std::to_string(full.slices);
     heading += ")";
     if (p.row_group > 1 || p.col_group > 1)
-        heading += " — max-|x| pooled over " + std::to_string(p.row_group) + "x" + std::to_string(p.col_group) + " blocks";
+        heading +=
+            " — max-|x| pooled over " + std::to_string(p.row_group) + "x" + std::to_string(p.col_group) + " blocks";
     s += xml_escape(heading) + "</text>\n";
 
     // axis labels: tokens when the axis is the sequence, else indices
@@ -205,7 +219,8 @@ std::string heatmap_svg(const MatrixView& full, const HeatmapOptions& o) {
     for (std::size_t r = 0; r < m.rows; r += row_step) {
         const std::size_t fr = r * p.row_group;
         const std::string label = row_labels ? o.row_labels[fr] : std::to_string(fr);
-        add("<text x=\"%.1f\" y=\"%.1f\" dominant-baseline=\"middle\">", left - 6, top + cell * (static_cast<double>(r) + 0.5));
+        add("<text x=\"%.1f\" y=\"%.1f\" dominant-baseline=\"middle\">", left - 6,
+            top + cell * (static_cast<double>(r) + 0.5));
         s += xml_escape(label) + "</text>\n";
     }
     s += "</g>\n<g class=\"col-labels\">\n";
@@ -223,7 +238,8 @@ std::string heatmap_svg(const MatrixView& full, const HeatmapOptions& o) {
             const double v = m.values[r * m.cols + c];
             const std::string colour = scale.colour(v);
             const double x = left + cell * static_cast<double>(c), y = top + cell * static_cast<double>(r);
-            add("<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\">", x, y, cell, cell, colour.c_str());
+            add("<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\">", x, y, cell, cell,
+                colour.c_str());
             const std::size_t r0 = r * p.row_group, r1 = std::min(full.rows, r0 + p.row_group);
             const std::size_t c0 = c * p.col_group, c1 = std::min(full.cols, c0 + p.col_group);
             std::string title = "row " + range_label(row_labels ? o.row_labels : std::vector<std::string>{}, r0, r1) +
@@ -243,14 +259,17 @@ std::string heatmap_svg(const MatrixView& full, const HeatmapOptions& o) {
     s += "<defs><linearGradient id=\"scale\" x1=\"0\" y1=\"1\" x2=\"0\" y2=\"0\">\n";
     for (int i = 0; i <= 10; ++i) {
         const double t = i / 10.0;
-        add("<stop offset=\"%.2f\" stop-color=\"%s\"/>\n", t, scale.colour(scale.lo + (scale.hi - scale.lo) * t).c_str());
+        add("<stop offset=\"%.2f\" stop-color=\"%s\"/>\n", t,
+            scale.colour(scale.lo + (scale.hi - scale.lo) * t).c_str());
     }
     s += "</linearGradient></defs>\n<g class=\"legend\">\n";
-    add("<rect x=\"%.1f\" y=\"%.1f\" width=\"16\" height=\"%.1f\" fill=\"url(#scale)\" stroke=\"#444\"/>\n", legend_x, top, lh);
+    add("<rect x=\"%.1f\" y=\"%.1f\" width=\"16\" height=\"%.1f\" fill=\"url(#scale)\" stroke=\"#444\"/>\n", legend_x,
+        top, lh);
     for (int i = 0; i <= 4; ++i) {
         const double t = i / 4.0;
         const double y = top + lh * (1 - t);
-        add("<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#444\"/>", legend_x + 16, legend_x + 20, y, y);
+        add("<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#444\"/>", legend_x + 16, legend_x + 20, y,
+            y);
         add("<text x=\"%.1f\" y=\"%.1f\" dominant-baseline=\"middle\">%s</text>\n", legend_x + 23, y,
             num(scale.lo + (scale.hi - scale.lo) * t).c_str());
     }

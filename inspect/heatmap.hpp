@@ -21,7 +21,7 @@ ColourScale colour_scale_for(const std::vector<double>& values);
 /// @brief A matrix cut into blocks of row_group x col_group cells, each shown as its
 /// element of largest magnitude (sign kept; NaN when the block holds one).
 struct PooledMatrix {
-    MatrixView view;             ///< the pooled values (rows/cols are block counts)
+    MatrixView view;  ///< the pooled values (rows/cols are block counts)
     std::size_t row_group = 1, col_group = 1;
     std::size_t full_rows = 0, full_cols = 0;
 };
@@ -32,7 +32,7 @@ struct HeatmapOptions {
     std::string title;
     std::vector<std::string> row_labels;  ///< empty or one per (unpooled) row
     std::vector<std::string> col_labels;
-    std::size_t max_side = 256;           ///< pool larger matrices to this many blocks a side
+    std::size_t max_side = 256;  ///< pool larger matrices to this many blocks a side
 };
 
 /// @brief A standalone SVG: cells coloured by value, <title> on each cell giving its row,

@@ -85,8 +85,10 @@ std::string report_html(const TraceDir& trace, const ReportOptions& o) {
     std::string safe;
     safe.reserve(text.size());
     for (std::size_t i = 0; i < text.size(); ++i) {
-        if (text[i] == '<' && i + 1 < text.size() && text[i + 1] == '/') safe += "<\\";
-        else safe += text[i];
+        if (text[i] == '<' && i + 1 < text.size() && text[i + 1] == '/')
+            safe += "<\\";
+        else
+            safe += text[i];
     }
     std::string page = report_page;
     const std::string marker = "/*DATA*/";

@@ -88,7 +88,8 @@ void TraceDir::read_manifest(const fs::path& path) {
             // gradients (written by `attngraph grad`): "grad": "grad/NAME.npy" or {"file": ...}
             if (r.contains("grad")) {
                 const json& g = r["grad"];
-                if (g.is_string()) e.grad_file = checked_relative(g.get<std::string>(), at);
+                if (g.is_string())
+                    e.grad_file = checked_relative(g.get<std::string>(), at);
                 else if (g.is_object() && g.contains("file") && g["file"].is_string())
                     e.grad_file = checked_relative(g["file"].get<std::string>(), at);
             }
@@ -103,12 +104,15 @@ void TraceDir::read_manifest(const fs::path& path) {
             const json& g = j["grads"];
             if (g.is_object()) {
                 for (const auto& [name, v] : g.items()) {
-                    if (v.is_string()) set_grad(name, v.get<std::string>());
-                    else if (v.is_object() && v.contains("file")) set_grad(name, v["file"].get<std::string>());
+                    if (v.is_string())
+                        set_grad(name, v.get<std::string>());
+                    else if (v.is_object() && v.contains("file"))
+                        set_grad(name, v["file"].get<std::string>());
                 }
             } else if (g.is_array()) {
                 for (const auto& v : g) {
-                    if (v.is_string()) set_grad(v.get<std::string>(), "grad/" + v.get<std::string>() + ".npy");
+                    if (v.is_string())
+                        set_grad(v.get<std::string>(), "grad/" + v.get<std::string>() + ".npy");
                     else if (v.is_object() && v.contains("name") && v.contains("file"))
                         set_grad(v["name"].get<std::string>(), v["file"].get<std::string>());
                 }
@@ -142,8 +146,8 @@ Tensor TraceDir::load(const TraceDirEntry& e) const {
     if (e.file.empty()) throw IoError(m_dir.string() + ": value '" + e.name + "' has no data file in the manifest");
     Tensor t = load_npy(m_dir / e.file);
     if (m_has_manifest && t.shape() != e.shape)
-        throw IoError((m_dir / e.file).string() + ": shape (" + shape_str(t.shape()) + ") differs from the manifest's (" +
-                      shape_str(e.shape) + ") for '" + e.name + "'");
+        throw IoError((m_dir / e.file).string() + ": shape (" + shape_str(t.shape()) +
+                      ") differs from the manifest's (" + shape_str(e.shape) + ") for '" + e.name + "'");
     return t;
 }
 

@@ -16,15 +16,15 @@ namespace attngraph::inspect {
 /// @brief One value of a trace directory, as its manifest records it.
 struct TraceDirEntry {
     std::string name;
-    std::string kind;                  ///< "input", "param", "node" ("" without a manifest)
-    std::string op;                    ///< empty for tensors
+    std::string kind;  ///< "input", "param", "node" ("" without a manifest)
+    std::string op;    ///< empty for tensors
     std::vector<std::string> inputs;
     std::string formula;
     Shape shape;
     std::optional<double> seconds;
-    std::filesystem::path file;        ///< relative to the directory; empty: no data
-    std::filesystem::path grad_file;   ///< relative; empty: no gradient
-    nlohmann::json stats;              ///< null when the manifest has none
+    std::filesystem::path file;       ///< relative to the directory; empty: no data
+    std::filesystem::path grad_file;  ///< relative; empty: no gradient
+    nlohmann::json stats;             ///< null when the manifest has none
 };
 
 /// @brief A trace directory opened for reading; tensors are loaded on demand.

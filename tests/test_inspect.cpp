@@ -32,7 +32,9 @@ fs::path seed_trace(const fs::path& dir, const std::string& name = "trace") {
     return dir / name;
 }
 
-json manifest_of(const fs::path& dir) { return json::parse(slurp(dir / "manifest.json")); }
+json manifest_of(const fs::path& dir) {
+    return json::parse(slurp(dir / "manifest.json"));
+}
 
 const json* manifest_entry(const json& m, const std::string& name) {
     for (const auto& e : m["entries"])
@@ -118,9 +120,10 @@ BOOST_AUTO_TEST_CASE(dot_of_a_16_head_graph_renders_with_graphviz) {
     BOOST_TEST(dot.find("head16.A\nSoftmax 8x8\n") != std::string::npos);
     BOOST_TEST(dot.find("head3.Q\nLinear 8x4\n") != std::string::npos);
     BOOST_TEST(std::regex_search(dot, std::regex("Y\nLinear 8x64\n[0-9.]+ (ms|µs)")));
-    const int rendered = std::system(("dot -Tsvg '" + (tmp.path / "mha16.dot").string() + "' -o '" +
-                                      (tmp.path / "mha16.svg").string() + "' 2>'" + (tmp.path / "dot.err").string() + "'")
-                                         .c_str());
+    const int rendered =
+        std::system(("dot -Tsvg '" + (tmp.path / "mha16.dot").string() + "' -o '" + (tmp.path / "mha16.svg").string() +
+                     "' 2>'" + (tmp.path / "dot.err").string() + "'")
+                        .c_str());
     BOOST_TEST(rendered == 0);
     BOOST_TEST(slurp(tmp.path / "dot.err").empty(), slurp(tmp.path / "dot.err"));
     const std::string svg = slurp(tmp.path / "mha16.svg");
@@ -140,7 +143,8 @@ BOOST_AUTO_TEST_CASE(dot_of_a_16_head_graph_renders_with_graphviz) {
 BOOST_AUTO_TEST_CASE(heatmap_svg_shows_tokens_values_and_a_scale) {
     test::TempDir tmp;
     const fs::path trace = seed_trace(tmp.path);
-    const auto r = test::run_cli("heatmap '" + trace.string() + "' --node head1.A -o '" + (tmp.path / "a.svg").string() + "'");
+    const auto r =
+        test::run_cli("heatmap '" + trace.string() + "' --node head1.A -o '" + (tmp.path / "a.svg").string() + "'");
     BOOST_REQUIRE_MESSAGE(r.code == 0, r.err);
     const std::string svg = slurp(tmp.path / "a.svg");
     const std::vector<std::string> tokens = {"外送", "晚到", "補償"};
@@ -161,7 +165,8 @@ BOOST_AUTO_TEST_CASE(heatmap_svg_shows_tokens_values_and_a_scale) {
     for (const auto& t : tokens) BOOST_TEST(svg.find(">" + t + "</text>") != std::string::npos);
 
     // a value that is not in the trace, a slice that does not exist: one-line errors
-    const auto missing = test::run_cli("heatmap '" + trace.string() + "' --node nope -o '" + (tmp.path / "b.svg").string() + "'");
+    const auto missing =
+        test::run_cli("heatmap '" + trace.string() + "' --node nope -o '" + (tmp.path / "b.svg").string() + "'");
     BOOST_TEST(missing.code != 0);
     BOOST_TEST(missing.err.find("no traced value 'nope'") != std::string::npos);
     BOOST_TEST(std::count(missing.err.begin(), missing.err.end(), '\n') == 1);
@@ -189,10 +194,47 @@ BOOST_AUTO_TEST_CASE(heatmap_pools_large_matrices) {
                         std::string((*it)[4]) + ":" + std::string((*it)[5]));
     // largest magnitude per block: the block's last row, except -990 (row 10, col 7) in the first
     const std::vector<std::string> expected = {
-        "0-199,0-99:-990.000000",    "0-199,100-199:199.000000",   "0-199,200-299:199.000000",
-        "200-399,0-99:399.000000",   "200-399,100-199:399.000000", "200-399,200-299:399.000000",
-        "400-599,0-99:599.000000",   "400-599,100-199:599.000000", "400-599,200-299:599.000000"};
+        "0-199,0-99:-990.000000",  "0-199,100-199:199.000000",   "0-199,200-299:199.000000",
+        "200-399,0-99:399.000000", "200-399,100-199:399.000000", "200-399,200-299:399.000000",
+        "400-599,0-99:599.000000", "400-599,100-199:599.000000", "400-599,200-299:599.000000"};
     BOOST_TEST(found == expected, boost::test_tools::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(heatmap_of_a_rank_3_tensor_draws_the_chosen_slice) {
+    test::TempDir tmp;
+    Array<double> t = Array<double>::from_shape({2, 2, 3});
+    for (std::size_t s = 0; s < 2; ++s)
+        for (std::size_t r = 0; r < 2; ++r)
+            for (std::size_t c = 0; c < 3; ++c) t(s, r, c) = 100.0 * s + 10.0 * r + c;
+    save_npy(tmp.path / "T.npy", Tensor(t));
+    for (int slice : {0, 1}) {
+        const auto r = test::run_cli("heatmap . --node T --slice " + std::to_string(slice) + " -o -", tmp.path);
+        BOOST_REQUIRE_MESSAGE(r.code == 0, r.err);
+        BOOST_TEST(r.out.find("slice " + std::to_string(slice) + " of 2") != std::string::npos);
+        std::size_t cells = 0;
+        const std::regex title("<title>row (\\d), col (\\d): ([-0-9.]+)</title>");
+        for (auto it = std::sregex_iterator(r.out.begin(), r.out.end(), title); it != std::sregex_iterator(); ++it) {
+            const double expected = 100.0 * slice + 10.0 * std::stod((*it)[1]) + std::stod((*it)[2]);
+            BOOST_TEST(std::stod((*it)[3]) == expected);
+            ++cells;
+        }
+        BOOST_TEST(cells == 6u);
+    }
+}
+
+BOOST_AUTO_TEST_CASE(inspecting_a_text_trace_is_a_clear_error) {
+    test::TempDir tmp;
+    const auto run = test::run_cli("run '" + test::seed_graph().string() + "' --format text --trace t", tmp.path);
+    BOOST_REQUIRE(run.code == 0);
+    const auto r = test::run_cli("report t -o r.html", tmp.path);
+    BOOST_TEST(r.code != 0);
+    BOOST_TEST(r.err.find("the trace was written with --format text") != std::string::npos, r.err);
+    BOOST_TEST(!fs::exists(tmp.path / "r.html"));
+    std::ofstream(tmp.path / "t" / "manifest.json") << "{\"entries\": 3}";
+    const auto bad = test::run_cli("heatmap t --node X -o x.svg", tmp.path);
+    BOOST_TEST(bad.code != 0);
+    BOOST_TEST(bad.err.find("manifest.json: expected an object with an \"entries\" array") != std::string::npos,
+               bad.err);
 }
 
 // ---- manifest statistics -------------------------------------------------------------------
@@ -309,7 +351,8 @@ BOOST_AUTO_TEST_CASE(explain_reproduces_every_matrix_of_the_seed_document) {
     BOOST_TEST(r.out.find("\\[ \\mathrm{X}\\ (shape=3\\times 4)\\cdot \\mathrm{head1.Wq}\\ (shape=4\\times 2)="
                           "\\mathrm{head1.Q}_{\\mathrm{raw}}\\ (shape=3\\times 2) \\]") != std::string::npos);
     BOOST_TEST(r.out.find("=\\frac{1}{1.414214}\\,\\mathrm{head1.S\\_raw}\\ (shape=3\\times 3)") != std::string::npos);
-    BOOST_TEST(r.out.find("\\mathrm{softmax}\\left(\\mathrm{head2.S}\\ (shape=3\\times 3)\\right)") != std::string::npos);
+    BOOST_TEST(r.out.find("\\mathrm{softmax}\\left(\\mathrm{head2.S}\\ (shape=3\\times 3)\\right)") !=
+               std::string::npos);
 }
 
 BOOST_AUTO_TEST_CASE(explain_uses_replaced_inputs) {
@@ -338,12 +381,13 @@ BOOST_AUTO_TEST_CASE(check_finite_names_the_first_node_fed_a_nan_and_keeps_a_par
     for (int threads : {1, 2}) {
         BOOST_TEST_CONTEXT("threads " << threads) {
             const std::string dir = "t" + std::to_string(threads);
-            const auto r = test::run_cli("run nan.json --check-finite --threads " + std::to_string(threads) +
-                                         " --trace " + dir, tmp.path);
+            const auto r = test::run_cli(
+                "run nan.json --check-finite --threads " + std::to_string(threads) + " --trace " + dir, tmp.path);
             BOOST_TEST(r.code != 0);
             BOOST_TEST(std::count(r.err.begin(), r.err.end(), '\n') == 1, r.err);
             BOOST_TEST(r.err.find("node 'head2.K' (Linear) output has") != std::string::npos, r.err);
-            BOOST_TEST(r.err.find("input head2.Wk (4x2) min -1.41421 max 0 mean -0.505076") != std::string::npos, r.err);
+            BOOST_TEST(r.err.find("input head2.Wk (4x2) min -1.41421 max 0 mean -0.505076") != std::string::npos,
+                       r.err);
             BOOST_TEST(r.err.find("(1 non-finite: 1 NaN, 0 Inf)") != std::string::npos, r.err);
             BOOST_TEST(r.err.find("input X (3x4) min 0 max 1") != std::string::npos, r.err);
             const json m = manifest_of(tmp.path / dir);

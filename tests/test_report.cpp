@@ -6,9 +6,9 @@
 
 #include <regex>
 
+#include "engine/graph_file.hpp"
 #include "engine/npy.hpp"
 #include "graphs/mha.hpp"
-#include "engine/graph_file.hpp"
 #include "support/helpers.hpp"
 
 using namespace attngraph;
@@ -43,8 +43,10 @@ std::string dump_dom(const fs::path& html, const std::string& hash) {
     const std::string cmd = "timeout 120 " + chromium() +
                             " --headless --no-sandbox --disable-gpu --disable-quic --no-first-run"
                             " --disable-background-networking --disable-component-update --disable-sync"
-                            " --user-data-dir='" + (profile.path / "profile").string() + "' --dump-dom 'file://" +
-                            fs::absolute(html).string() + "#" + hash + "' >'" + out.string() + "' 2>'" + err.string() + "'";
+                            " --user-data-dir='" +
+                            (profile.path / "profile").string() + "' --dump-dom 'file://" +
+                            fs::absolute(html).string() + "#" + hash + "' >'" + out.string() + "' 2>'" + err.string() +
+                            "'";
     const int status = std::system(cmd.c_str());
     BOOST_TEST_REQUIRE(status == 0, "chromium failed: " << slurp(err));
     return slurp(out);
@@ -92,8 +94,9 @@ HeadRow head_row(const std::string& dom, const std::string& name) {
     const auto at = dom.find("<div class=\"head\" data-name=\"" + name + "\">");
     if (at == std::string::npos) return h;
     const std::string card = dom.substr(at, dom.find("<canvas", at) - at);
-    const std::regex bar("<div class=\"(bar[^\"]*)\" data-key=\"\\d+\"><span class=\"tok\">([^<]*)</span>.*?"
-                         "<span class=\"val\">([^<]*)</span>");
+    const std::regex bar(
+        "<div class=\"(bar[^\"]*)\" data-key=\"\\d+\"><span class=\"tok\">([^<]*)</span>.*?"
+        "<span class=\"val\">([^<]*)</span>");
     for (auto it = std::sregex_iterator(card.begin(), card.end(), bar); it != std::sregex_iterator(); ++it) {
         h.keys.push_back((*it)[2]);
         h.values.push_back(std::stod((*it)[3]));
@@ -121,7 +124,8 @@ BOOST_AUTO_TEST_CASE(report_is_one_self_contained_file) {
     BOOST_TEST(page.find("<link") == std::string::npos);
     BOOST_TEST(page.find("@import") == std::string::npos);
     std::string rest = page;
-    for (auto at = rest.find("http://www.w3.org/2000/svg"); at != std::string::npos; at = rest.find("http://www.w3.org/2000/svg"))
+    for (auto at = rest.find("http://www.w3.org/2000/svg"); at != std::string::npos;
+         at = rest.find("http://www.w3.org/2000/svg"))
         rest.erase(at, 26);
     BOOST_TEST(rest.find("http://") == std::string::npos);
     BOOST_TEST(rest.find("https://") == std::string::npos);
@@ -177,7 +181,8 @@ BOOST_AUTO_TEST_CASE(selecting_an_attention_map_shows_name_shape_tokens_values_a
     const std::string q0 = dump_dom(page, "select=head2.A&query=0");
     const HeadRow h = head_row(q0, "head2.A");
     BOOST_REQUIRE(h.values.size() == 3u);
-    for (std::size_t j = 0; j < 3; ++j) BOOST_TEST(std::abs(h.values[j] - test::seed_values()["head2.A"][0][j].get<double>()) <= 1e-6);
+    for (std::size_t j = 0; j < 3; ++j)
+        BOOST_TEST(std::abs(h.values[j] - test::seed_values()["head2.A"][0][j].get<double>()) <= 1e-6);
 }
 
 BOOST_AUTO_TEST_CASE(clicking_a_node_shows_it, *boost::unit_test::precondition(chromium_installed)) {
@@ -214,8 +219,10 @@ BOOST_AUTO_TEST_CASE(gradients_listed_in_the_manifest_are_shown, *boost::unit_te
     const std::string grad = element(dom, "sel-grad");
     BOOST_TEST(grad.find("no gradient") == std::string::npos);
     BOOST_TEST(grad.find("<canvas") != std::string::npos);
-    BOOST_TEST(grad.find("<td>-2.000000</td><td>1.500000</td><td>-0.013889</td><td>-0.125000</td><td>0</td><td>9</td>") !=
-               std::string::npos, grad);
+    BOOST_TEST(
+        grad.find("<td>-2.000000</td><td>1.500000</td><td>-0.013889</td><td>-0.125000</td><td>0</td><td>9</td>") !=
+            std::string::npos,
+        grad);
     BOOST_TEST(texts_of_class(grad, "rl") == seed_tokens, boost::test_tools::per_element());
 
     // a manifest with a top-level "grads" map works as well; a listed file that is missing is skipped
@@ -247,5 +254,6 @@ BOOST_AUTO_TEST_CASE(long_sequences_are_embedded_downsampled, *boost::unit_test:
                std::string::npos);
     BOOST_TEST(element(dom, "sel-hover").find("row 595–599, col 0–4: max |x| ") == 0u, element(dom, "sel-hover"));
     // every head's row for the last query token, drawn as a bar chart
-    for (int h = 1; h <= 4; ++h) BOOST_TEST(dom.find("data-name=\"head" + std::to_string(h) + ".A\"") != std::string::npos);
+    for (int h = 1; h <= 4; ++h)
+        BOOST_TEST(dom.find("data-name=\"head" + std::to_string(h) + ".A\"") != std::string::npos);
 }
