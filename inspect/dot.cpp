@@ -73,7 +73,25 @@ std::string graph_dot(const Graph& g, const DotOptions& o) {
         if (!clusters.count(c)) cluster_order.push_back(c);
         clusters[c].push_back(std::move(line));
     };
-    for (std::size_t id = 0; id < g.values().size(); ++id) {
+    for (const Node& n : g.nodes()) {  // clusters in node order: head1, head2, ..., head10
+        const std::string c = prefix_of(n.name);
+        if (!clusters.count(c)) {
+            cluster_order.push_back(c);
+            clusters[c];
+        }
+    }
+    // tensors in order of first use, so that Graphviz starts from the graph's own order
+    std::vector<std::size_t> leaves;
+    std::vector<bool> listed(g.values().size(), false);
+    for (const Node& n : g.nodes())
+        for (int in : n.inputs) {
+            const auto u = static_cast<std::size_t>(in);
+            if (!listed[u]) leaves.push_back(u);
+            listed[u] = true;
+        }
+    for (std::size_t id = 0; id < g.values().size(); ++id)
+        if (!listed[id]) leaves.push_back(id);
+    for (std::size_t id : leaves) {
         const ValueInfo& v = g.values()[id];
         if (!v.data || !leaf_shown(v)) continue;
         const std::string label = v.name + "\n" + to_string(v.kind) + " " + shape_str(v.shape);
@@ -101,7 +119,9 @@ std::string graph_dot(const Graph& g, const DotOptions& o) {
     if (o.trace && total > 0) title += ", " + ms(total) + " summed node time";
     title += ")";
     s += "  label=" + dot_quote(title) + "; labelloc=t; fontname=\"sans-serif\";\n";
-    s += "  rankdir=TB; nodesep=0.15; ranksep=0.35; newrank=true;\n";
+    // Graphviz keeps the head clusters in order (head1 left of head2 ...) with newrank when
+    // the weights are drawn, and without it when they are not (checked for 2 to 24 heads)
+    s += std::string("  rankdir=TB; nodesep=0.15; ranksep=0.35;") + (o.hide_params ? "" : " newrank=true;") + "\n";
     s += "  node [fontname=\"sans-serif\", fontsize=10, margin=\"0.08,0.03\", height=0.3];\n";
     s += "  edge [arrowsize=0.6, color=\"#555555\"];\n";
     int k = 0;

@@ -120,15 +120,29 @@ BOOST_AUTO_TEST_CASE(dot_of_a_16_head_graph_renders_with_graphviz) {
     BOOST_TEST(dot.find("head16.A\nSoftmax 8x8\n") != std::string::npos);
     BOOST_TEST(dot.find("head3.Q\nLinear 8x4\n") != std::string::npos);
     BOOST_TEST(std::regex_search(dot, std::regex("Y\nLinear 8x64\n[0-9.]+ (ms|µs)")));
-    const int rendered =
-        std::system(("dot -Tsvg '" + (tmp.path / "mha16.dot").string() + "' -o '" + (tmp.path / "mha16.svg").string() +
-                     "' 2>'" + (tmp.path / "dot.err").string() + "'")
-                        .c_str());
-    BOOST_TEST(rendered == 0);
-    BOOST_TEST(slurp(tmp.path / "dot.err").empty(), slurp(tmp.path / "dot.err"));
-    const std::string svg = slurp(tmp.path / "mha16.svg");
+    // rendered by Graphviz without a complaint, the head clusters left to right in order
+    auto render = [&](const std::string& dot_file) {
+        const fs::path svg = tmp.path / (dot_file + ".svg"), err = tmp.path / "dot.err";
+        const int rendered = std::system(
+            ("dot -Tsvg '" + (tmp.path / dot_file).string() + "' -o '" + svg.string() + "' 2>'" + err.string() + "'")
+                .c_str());
+        BOOST_TEST(rendered == 0);
+        BOOST_TEST(slurp(err).empty(), slurp(err));
+        return slurp(svg);
+    };
+    auto check_cluster_order = [](const std::string& svg) {
+        std::vector<std::pair<double, int>> clusters;
+        const std::regex label(R"re(<text text-anchor="middle" x="([-0-9.]+)"[^>]*>head(\d+)</text>)re");
+        for (auto it = std::sregex_iterator(svg.begin(), svg.end(), label); it != std::sregex_iterator(); ++it)
+            clusters.emplace_back(std::stod((*it)[1]), std::stoi((*it)[2]));
+        std::sort(clusters.begin(), clusters.end());
+        BOOST_REQUIRE(clusters.size() == 16u);
+        for (int h = 0; h < 16; ++h) BOOST_TEST(clusters[static_cast<std::size_t>(h)].second == h + 1);
+    };
+    const std::string svg = render("mha16.dot");
     BOOST_TEST(svg.find("<svg") != std::string::npos);
     BOOST_TEST(svg.find("head16.O") != std::string::npos);
+    check_cluster_order(svg);
 
     // --hide-params leaves the weights out; without a trace there are no times
     const auto bare = test::run_cli("dot mha16.json --hide-params", tmp.path);
@@ -136,6 +150,8 @@ BOOST_AUTO_TEST_CASE(dot_of_a_16_head_graph_renders_with_graphviz) {
     BOOST_TEST(bare.out.find("head1.Wq") == std::string::npos);
     BOOST_TEST(bare.out.find(" ms\"") == std::string::npos);
     BOOST_TEST(bare.out.find("head1.S_raw\nMatMul 8x8\"") != std::string::npos);
+    std::ofstream(tmp.path / "bare.dot") << bare.out;
+    check_cluster_order(render("bare.dot"));
 }
 
 // ---- heatmap ----------------------------------------------------------------------------
