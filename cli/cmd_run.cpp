@@ -46,9 +46,10 @@ void add_run_command(CLI::App& app) {
             const Node* bad = nullptr;
             for (const auto& n : graph.nodes())
                 if (n.name == result.stopped_at) bad = &n;
-            throw Error("node '" + result.stopped_at + "' (" + (bad ? bad->op->name : "?") + ") output has " +
-                        result.stop_reason +
-                        (args->trace_dir.empty() ? "" : "; partial trace in " + args->trace_dir + " (marked incomplete)"));
+            throw Error(args->graph.graph + ": node '" + result.stopped_at + "' (" + (bad ? bad->op->name : "?") +
+                        ") output has " + result.stop_reason +
+                        (args->trace_dir.empty() ? ""
+                                                 : "; partial trace in " + args->trace_dir + " (marked incomplete)"));
         }
         Trace outputs;
         outputs.tokens = graph.tokens();

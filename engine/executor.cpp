@@ -5,8 +5,11 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <optional>
 #include <thread>
 
+#include <tbb/global_control.h>
+#include <tbb/info.h>
 #include <tbb/task_arena.h>
 #include <tbb/task_group.h>
 
@@ -181,8 +184,16 @@ private:
 
 struct Executor::Impl {
     int threads;
+    // oneTBB caps its workers at the core count (and warns on stderr when an arena asks for
+    // more): --threads 8 on two cores must still get eight threads, quietly
+    std::optional<tbb::global_control> above_cores;
     tbb::task_arena arena;
-    explicit Impl(int t) : threads(t), arena(t) {}
+    explicit Impl(int t) : threads(t), above_cores(make_control(t)), arena(t) {}
+    static std::optional<tbb::global_control> make_control(int t) {
+        if (t <= tbb::info::default_concurrency()) return std::nullopt;
+        return std::optional<tbb::global_control>(std::in_place, tbb::global_control::max_allowed_parallelism,
+                                                  static_cast<std::size_t>(t));
+    }
 };
 
 static int resolve_threads(int threads) {

@@ -418,6 +418,28 @@ BOOST_AUTO_TEST_CASE(check_finite_names_the_first_node_fed_a_nan_and_keeps_a_par
             BOOST_TEST((*k)["stats"]["nan"].get<int>() == (*k)["stats"]["nonfinite"].get<int>());
         }
     }
+    // grad stops its forward pass the same way
+    const auto grad = test::run_cli("grad nan.json --check-finite --trace g", tmp.path);
+    BOOST_TEST(grad.code != 0);
+    BOOST_TEST(std::count(grad.err.begin(), grad.err.end(), '\n') == 1, grad.err);
+    BOOST_TEST(grad.err.find("node 'head2.K' (Linear) output has") != std::string::npos, grad.err);
+    BOOST_TEST(manifest_of(tmp.path / "g")["complete"] == false);
+    BOOST_TEST(!fs::exists(tmp.path / "g" / "head2.KT.npy"));
+    // a finite forward pass whose gradient goes bad: G for Y holds a NaN, so Y's gradient is
+    // the first (in backward order) to hold one
+    save_npy(tmp.path / "g.npy", Tensor(Array<float>{{1, 1, 1, 1}, {1, NAN, 1, 1}, {1, 1, 1, 1}}));
+    const auto bad_grad = test::run_cli(
+        "grad '" + test::seed_graph().string() + "' --check-finite --output-grad g.npy --trace gt", tmp.path);
+    BOOST_TEST(bad_grad.code != 0);
+    BOOST_TEST(bad_grad.err.find("the gradient of node 'Y' (Linear) holds 1 non-finite values") != std::string::npos,
+               bad_grad.err);
+    const auto no_trace =
+        test::run_cli("grad '" + test::seed_graph().string() + "' --check-finite --output-grad g.npy", tmp.path);
+    BOOST_TEST(no_trace.code != 0);
+    BOOST_TEST(no_trace.err.find("the gradient of tensor '") != std::string::npos,
+               no_trace.err);  // only params requested
+    const auto good_grad = test::run_cli("grad '" + test::seed_graph().string() + "' --check-finite", tmp.path);
+    BOOST_TEST(good_grad.code == 0, good_grad.err);
     // without --check-finite the run completes (NaN flows to Y)
     const auto through = test::run_cli("run nan.json", tmp.path);
     BOOST_TEST(through.code == 0, through.err);
