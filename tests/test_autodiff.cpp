@@ -55,6 +55,30 @@ BOOST_DATA_TEST_CASE(seed_graph_gradcheck, bdata::make({0, 1}), ones) {
     for (const auto& name : tensor_names(g)) BOOST_TEST_CONTEXT(name) { BOOST_TEST(r.at(name).rel_error <= 1e-6, r.report()); }
 }
 
+BOOST_AUTO_TEST_CASE(every_graph_file_gradchecks) {
+    // every graphs/*.json (attention variants included), with respect to all its tensors
+    std::size_t checked = 0;
+    for (const auto& entry : std::filesystem::directory_iterator(test::source_dir() / "graphs")) {
+        if (entry.path().extension() != ".json") continue;
+        BOOST_TEST_CONTEXT(entry.path().filename().string()) {
+            LoadOptions lo;
+            lo.dtype = DType::f64;
+            const Graph g = load_graph(entry.path(), lo);
+            std::size_t elements = 0;
+            for (const auto& v : g.values())
+                if (v.data) elements += element_count(v.shape);
+            if (elements > 5000) {
+                BOOST_TEST_MESSAGE("skipped (" << elements << " tensor elements)");
+                continue;
+            }
+            const GradcheckResult r = gradcheck(g);
+            BOOST_TEST(r.max_rel_error <= 1e-6, r.report());
+            ++checked;
+        }
+    }
+    BOOST_TEST(checked >= 1u);
+}
+
 BOOST_DATA_TEST_CASE(random_mha_gradcheck,
                      bdata::make({std::size_t{1}, std::size_t{2}, std::size_t{4}}) ^ bdata::make({std::size_t{4}, std::size_t{5}, std::size_t{3}}) ^
                          bdata::make({std::size_t{0}, std::size_t{2}, std::size_t{0}}) ^ bdata::make({11, 12, 13}),
