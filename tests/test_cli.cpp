@@ -21,7 +21,13 @@ using nlohmann::json;
 
 namespace {
 
-std::string q(const fs::path& p) { return "'" + p.string() + "'"; }
+// built with += : GCC 12 warns (-Wrestrict, a false positive) on "literal" + std::string
+std::string q(const fs::path& p) {
+    std::string quoted = "'";
+    quoted += p.string();
+    quoted += '\'';
+    return quoted;
+}
 
 std::string slurp(const fs::path& p) {
     std::ifstream in(p, std::ios::binary);

@@ -509,6 +509,24 @@ BOOST_AUTO_TEST_CASE(with_tensors_another_sequence_length) {
                              {"'Q'", "seed_mha"});
 }
 
+BOOST_AUTO_TEST_CASE(with_dtype_converts_every_tensor) {
+    const Graph seed = load_graph(seed_graph());
+    const Graph g64 = seed.with_dtype(DType::f64);
+    BOOST_TEST((g64.dtype() == DType::f64));
+    BOOST_TEST((seed.dtype() == DType::f32));
+    for (const auto& v : g64.values())
+        if (v.data) {
+            BOOST_TEST((v.data->dtype() == DType::f64), v.name);
+            BOOST_TEST(max_abs_diff(*v.data, *seed.value(seed.at(v.name)).data) == 0.0, v.name);
+        }
+    RunOptions o;
+    o.keep_all = true;
+    const RunResult r = run(g64, o);
+    for (const auto& [name, rows] : seed_values().items()) BOOST_TEST(max_abs_diff(r.at(g64, name), rows) <= 2e-6, name);
+    BOOST_TEST((r.at(g64, "Y").dtype() == DType::f64));
+    check_same_results(g64.with_dtype(DType::f32), seed);
+}
+
 BOOST_AUTO_TEST_CASE(outputs_default_to_the_unread_node_outputs) {
     json doc = seed_doc();
     doc.erase("outputs");
