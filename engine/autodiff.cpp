@@ -118,8 +118,10 @@ public:
                 throw GraphError("forward value '" + values[v].name + "' is " + to_string(fwd.values[v]->dtype()) +
                                  " but graph '" + g.name() + "' computes in " + to_string(dtype_of<T>()) +
                                  ": not a run of this graph");
-            if (fwd.values[v]) m_forward[v] = &fwd.values[v]->as<T>();
-            else if (values[v].data) m_forward[v] = &values[v].data->as<T>();
+            if (fwd.values[v])
+                m_forward[v] = &fwd.values[v]->as<T>();
+            else if (values[v].data)
+                m_forward[v] = &values[v].data->as<T>();
         }
         for (auto& [id, g_tensor] : seeds) {
             m_grad[static_cast<std::size_t>(id)] = std::move(g_tensor.template as<T>());

@@ -86,7 +86,8 @@ BOOST_AUTO_TEST_CASE(output_grad_from_file_and_wrt) {
     test::TempDir tmp;
     Array<float> two({3, 4}, 2.0f);
     save_npy(tmp.path / "g.npy", Tensor(two));
-    const auto named = test::run_cli("grad " + q(test::seed_graph()) + " --output-grad Y=g.npy --wrt X --trace a", tmp.path);
+    const auto named =
+        test::run_cli("grad " + q(test::seed_graph()) + " --output-grad Y=g.npy --wrt X --trace a", tmp.path);
     const auto plain = test::run_cli("grad " + q(test::seed_graph()) + " --output-grad g.npy --wrt X", tmp.path);
     const auto ones = test::run_cli("grad " + q(test::seed_graph()) + " --trace b", tmp.path);
     BOOST_TEST_REQUIRE(named.code == 0, named.err);
@@ -113,9 +114,9 @@ BOOST_DATA_TEST_CASE(gradient_files_identical_at_any_thread_count, bdata::make({
     std::map<int, std::string> bytes;
     for (int threads : {1, 2, 4, 8}) {
         const std::string dir = std::string("t") += std::to_string(threads);
-        const auto r = test::run_cli("grad mha.json --dtype " + std::string(dtype) + " --threads " +
-                                         std::to_string(threads) + " --trace " + dir,
-                                     tmp.path);
+        const auto r = test::run_cli(
+            "grad mha.json --dtype " + std::string(dtype) + " --threads " + std::to_string(threads) + " --trace " + dir,
+            tmp.path);
         BOOST_TEST_REQUIRE(r.code == 0, r.err);
         for (const auto& v : g.values()) bytes[threads] += slurp(tmp.path / dir / "grad" / (v.name + ".npy"));
     }

@@ -21,7 +21,9 @@ namespace {
 
 constexpr double tolerance = 1e-6;
 
-Tensor rand(const Shape& s, std::uint64_t seed) { return graphs::random_tensor(s, DType::f64, seed); }
+Tensor rand(const Shape& s, std::uint64_t seed) {
+    return graphs::random_tensor(s, DType::f64, seed);
+}
 
 std::size_t dim(std::mt19937& rng, std::size_t lo = 1, std::size_t hi = 5) {
     return std::uniform_int_distribution<std::size_t>(lo, hi)(rng);
@@ -37,7 +39,8 @@ void check(const std::string& op, const json& attrs, const std::vector<Tensor>& 
         // the check is not vacuous: some gradient is far from zero
         double largest = 0;
         for (const auto& e : r.entries)
-            for (std::size_t i = 0; i < e.numeric.size(); ++i) largest = std::max(largest, std::abs(e.numeric.at_flat(i)));
+            for (std::size_t i = 0; i < e.numeric.size(); ++i)
+                largest = std::max(largest, std::abs(e.numeric.at_flat(i)));
         BOOST_TEST(largest > 1e-3);
     }
 }
