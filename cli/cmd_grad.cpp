@@ -9,6 +9,7 @@
 #include "engine/error.hpp"
 #include "engine/executor.hpp"
 #include "engine/npy.hpp"
+#include "engine/stats.hpp"
 #include "engine/trace.hpp"
 
 namespace attngraph::cli {
@@ -21,6 +22,7 @@ struct GradArgs {
     std::vector<std::string> wrt;
     std::string trace_dir;
     bool force = false;
+    bool check_finite = false;
 };
 
 struct OutputGrads {
@@ -43,8 +45,8 @@ OutputGrads read_output_grads(const Graph& graph, const GradArgs& args) {
             bool is_output = false;
             for (int o : graph.outputs()) is_output = is_output || o == id;
             if (!is_output)
-                throw GraphError("--output-grad " + spec + ": '" + name + "' is not an output of graph '" + graph.name() +
-                                 "' (outputs: " + outputs + ")");
+                throw GraphError("--output-grad " + spec + ": '" + name + "' is not an output of graph '" +
+                                 graph.name() + "' (outputs: " + outputs + ")");
         } else {
             if (graph.outputs().size() != 1)
                 throw GraphError("--output-grad " + spec + ": graph '" + graph.name() + "' has " +
@@ -61,8 +63,8 @@ OutputGrads read_output_grads(const Graph& graph, const GradArgs& args) {
         }
         const Shape& want = graph.value(graph.at(name)).shape;
         if (g.shape() != want)
-            throw ShapeError("--output-grad " + spec + ": gradient of output '" + name + "' is " + shape_str(g.shape()) +
-                             " but the output is " + shape_str(want));
+            throw ShapeError("--output-grad " + spec + ": gradient of output '" + name + "' is " +
+                             shape_str(g.shape()) + " but the output is " + shape_str(want));
         files[name] = file;
         r.tensors[name] = std::move(g);
     }
@@ -82,10 +84,16 @@ void add_grad_command(CLI::App& app) {
     add_graph_args(*cmd, args->graph);
     cmd->add_option("--output-grad", args->output_grads,
                     "G for the output: FILE.npy, or NAME=FILE.npy once per output (default: all ones)");
-    cmd->add_option("--wrt", args->wrt, "Print the gradients of these tensors or nodes (comma-separated; default: every param, or every input without params)");
-    cmd->add_option("--trace", args->trace_dir,
-                    "Write the forward trace and the gradient of every node and tensor (grad/<name>.npy) to this directory");
+    cmd->add_option("--wrt", args->wrt,
+                    "Print the gradients of these tensors or nodes (comma-separated; default: every param, or every "
+                    "input without params)");
+    cmd->add_option(
+        "--trace", args->trace_dir,
+        "Write the forward trace and the gradient of every node and tensor (grad/<name>.npy) to this directory");
     cmd->add_flag("--force", args->force, "Replace an existing non-empty trace directory");
+    cmd->add_flag("--check-finite", args->check_finite,
+                  "Stop at the first node whose output holds NaN or Inf (the partial forward trace is kept, marked "
+                  "incomplete); after the backward pass, name the first value whose gradient does");
     cmd->callback([args] {
         if (!args->trace_dir.empty()) check_output_dir(args->trace_dir, args->force);
         const Graph graph = load_with_inputs(args->graph);
@@ -104,7 +112,19 @@ void add_grad_command(CLI::App& app) {
         RunOptions run_options;
         run_options.threads = args->graph.threads;
         run_options.keep_all = true;
+        run_options.check_finite = args->check_finite;
         const RunResult forward = run(graph, run_options);
+        if (!forward.complete) {
+            if (!args->trace_dir.empty())
+                write_trace(make_trace(graph, forward), args->trace_dir, TraceFormat::npy, args->force);
+            const Node* bad = nullptr;
+            for (const auto& n : graph.nodes())
+                if (n.name == forward.stopped_at) bad = &n;
+            throw Error(args->graph.graph + ": node '" + forward.stopped_at + "' (" + (bad ? bad->op->name : "?") +
+                        ") output has " + forward.stop_reason +
+                        (args->trace_dir.empty() ? ""
+                                                 : "; partial trace in " + args->trace_dir + " (marked incomplete)"));
+        }
         BackwardOptions options;
         options.threads = args->graph.threads;
         if (args->trace_dir.empty()) options.wrt = wrt;  // with a trace: every value
@@ -113,6 +133,23 @@ void add_grad_command(CLI::App& app) {
         const std::string loss = "L = sum(G ⊙ output), G per output: " + output_grads.description;
         if (!args->trace_dir.empty())
             write_grad_trace(make_trace(graph, forward), grads, loss, args->trace_dir, args->force);
+        if (args->check_finite) {  // the first gradient that went bad: nodes in backward order, then tensors
+            std::vector<std::pair<std::string, std::string>> order;  // name, what
+            for (auto n = graph.nodes().rbegin(); n != graph.nodes().rend(); ++n)
+                for (int id : n->outputs)
+                    order.emplace_back(graph.value(id).name, "node '" + n->name + "' (" + n->op->name + ")");
+            for (const auto& name : grads.names())
+                if (graph.value(graph.at(name)).producer < 0) order.emplace_back(name, "tensor '" + name + "'");
+            for (const auto& [name, what] : order) {
+                if (!grads.contains(name)) continue;
+                const TensorStats st = tensor_stats(grads.at(name));
+                if (st.nonfinite)
+                    throw Error(args->graph.graph + ": the gradient of " + what + " holds " +
+                                std::to_string(st.nonfinite) + " non-finite values" +
+                                (args->trace_dir.empty() ? "" : "; gradients written to " + args->trace_dir));
+            }
+        }
+
 
         std::cout << "# " << loss << "\n";
         Trace sequence, plain;  // rows labelled with the tokens, or not (params)

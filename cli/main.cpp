@@ -27,6 +27,11 @@ int main(int argc, char** argv) {
     attngraph::cli::add_check_command(app);
     attngraph::cli::add_new_command(app);
     attngraph::cli::add_grad_command(app);
+    attngraph::cli::add_dot_command(app);
+    attngraph::cli::add_heatmap_command(app);
+    attngraph::cli::add_report_command(app);
+    attngraph::cli::add_diff_command(app);
+    attngraph::cli::add_explain_command(app);
     try {
         app.parse(argc, argv);
     } catch (const CLI::CallForHelp& e) {

@@ -11,6 +11,7 @@
 #include "engine/error.hpp"
 #include "engine/graph_file.hpp"
 #include "engine/npy.hpp"
+#include "engine/stats.hpp"
 
 namespace attngraph {
 
@@ -269,6 +270,7 @@ json trace_manifest(const Trace& trace, TraceFormat format) {
     for (const auto& e : trace.entries) {
         json r = entry_record(e);
         if (format == TraceFormat::npy) r["file"] = e.name + ".npy";
+        if (e.data) r["stats"] = stats_json(tensor_stats(*e.data));
         entries.push_back(std::move(r));
     }
     j["entries"] = std::move(entries);
