@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
     app.set_help_all_flag("--help-all", "Help for every subcommand");
     attngraph::cli::add_run_command(app);
     attngraph::cli::add_check_command(app);
+    attngraph::cli::add_bench_command(app);
     try {
         app.parse(argc, argv);
     } catch (const CLI::CallForHelp& e) {
