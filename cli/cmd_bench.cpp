@@ -31,6 +31,7 @@ struct BenchArgs {
     int reps = 5;
     std::string trace = "none";
     bool backward = false;
+    bool plain = false;
 };
 
 /// The sizes a variant is built at.
@@ -149,6 +150,7 @@ void bench_graph(const BenchArgs& a) {
     RunOptions options;
     options.threads = executor.threads();
     options.trace = a.trace == "memory";
+    options.optimize = !a.plain;
     std::vector<double> seconds;
     for (int r = 0; r <= a.reps; ++r) {
         const auto t0 = std::chrono::steady_clock::now();
@@ -165,6 +167,7 @@ void bench_graph(const BenchArgs& a) {
     j["heads"] = variant.needs_sizes ? a.heads : 2;
     j["threads"] = executor.threads();
     j["trace"] = a.trace;
+    if (a.plain) j["plan"] = "plain";
     j["median_ms"] = rounded(t.median_ms, 4);
     j["min_ms"] = rounded(t.min_ms, 4);
     j["gflops"] = rounded(graph_flops(graph) / (t.median_ms * 1e-3) / 1e9, 2);
@@ -190,6 +193,7 @@ void add_bench_command(CLI::App& app) {
     cmd->add_option("--trace", args->trace, "none, or memory: keep every node's output as a traced run does")
         ->check(CLI::IsMember({"none", "memory"}));
     cmd->add_flag("--backward", args->backward, "Time forward + backward");
+    cmd->add_flag("--plain", args->plain, "Run one step per node, without the graph rewrites of engine/optimize.hpp");
     cmd->callback([args] {
         if (args->gemm) bench_gemm(*args);
         else bench_graph(*args);

@@ -22,14 +22,20 @@ public:
     /// The node producing value `id` with op `op`, when the value can vanish: not kept, read
     /// once, the node's only output and the node not yet folded elsewhere; else -1.
     int foldable(int id, const char* op, const std::vector<bool>& folded) const {
+        return m_keep[static_cast<std::size_t>(id)] ? -1 : link(id, op, folded);
+    }
+
+    /// As foldable, but the value may be kept: the step that folds its node writes it.
+    int link(int id, const char* op, const std::vector<bool>& folded) const {
         const ValueInfo& v = m_graph.value(id);
         const auto u = static_cast<std::size_t>(id);
-        if (v.producer < 0 || m_keep[u] || m_uses[u] != 1) return -1;
+        if (v.producer < 0 || m_uses[u] != 1) return -1;
         const Node& n = m_graph.nodes()[static_cast<std::size_t>(v.producer)];
         if (n.op->name != op || n.outputs.size() != 1 || folded[static_cast<std::size_t>(v.producer)]) return -1;
         return v.producer;
     }
 
+    bool kept(int id) const { return m_keep[static_cast<std::size_t>(id)]; }
     const Node& node(int i) const { return m_graph.nodes()[static_cast<std::size_t>(i)]; }
     const Shape& shape(int id) const { return m_graph.value(id).shape; }
 
@@ -70,17 +76,20 @@ Shape batch_of(const Shape& s) { return Shape(s.begin(), s.end() - 2); }
 
 // O = MatMul(A, V), A = Softmax(S), S = Scale(S_raw) (optional), S_raw = MatMul(Q, KT),
 // KT = Transpose(K); Q (..., n, dk), K (..., m, dk), V (..., m, dv) with the same batch axes.
+// Each intermediate is read only by the next node; S_raw, S and A may be kept (the step
+// writes them, block by block), KT too (its Transpose then runs on its own).
 bool match_attention(const Matcher& m, int o_node, std::vector<bool>& folded, Step& step) {
     const Node& o = m.node(o_node);
     if (o.op->name != std::string("MatMul")) return false;
-    const int a_node = m.foldable(o.inputs[0], "Softmax", folded);
+    const int a_node = m.link(o.inputs[0], "Softmax", folded);
     if (a_node < 0 || !m.softmax_on_last_axis(a_node)) return false;
     int s_value = m.node(a_node).inputs[0];
-    const int scale_node = m.foldable(s_value, "Scale", folded);
+    const int scale_node = m.link(s_value, "Scale", folded);
     if (scale_node >= 0) s_value = m.node(scale_node).inputs[0];
-    const int sraw_node = m.foldable(s_value, "MatMul", folded);
+    const int sraw_node = m.link(s_value, "MatMul", folded);
     if (sraw_node < 0) return false;
-    const int kt_node = m.foldable(m.node(sraw_node).inputs[1], "Transpose", folded);
+    const int kt = m.node(sraw_node).inputs[1];
+    const int kt_node = m.link(kt, "Transpose", folded);
     if (kt_node < 0 || !m.swaps_last_two(kt_node)) return false;
     const int q = m.node(sraw_node).inputs[0], k = m.node(kt_node).inputs[0], v = o.inputs[1];
     const Shape &qs = m.shape(q), &ks = m.shape(k), &vs = m.shape(v);
@@ -90,12 +99,23 @@ bool match_attention(const Matcher& m, int o_node, std::vector<bool>& folded, St
 
     step.kind = StepKind::attention;
     step.inputs = {q, k, v};
-    step.folded = {kt_node, sraw_node, a_node};
+    step.outputs = o.outputs;
+    if (!m.kept(kt)) step.folded.push_back(kt_node);
+    const int sraw = m.node(sraw_node).outputs[0], a = m.node(a_node).outputs[0];
+    step.folded.push_back(sraw_node);
+    if (m.kept(sraw)) step.outputs.push_back(sraw);
     if (scale_node >= 0) {
-        step.folded.insert(step.folded.begin() + 2, scale_node);
+        step.folded.push_back(scale_node);
         step.factor = m.scale_factor(scale_node);
         step.scaled = true;
+        const int sv = m.node(scale_node).outputs[0];
+        if (m.kept(sv)) step.outputs.push_back(sv);
+        step.keep_s = m.kept(sv);
     }
+    step.folded.push_back(a_node);
+    if (m.kept(a)) step.outputs.push_back(a);
+    step.keep_s_raw = m.kept(sraw);
+    step.keep_a = m.kept(a);
     return true;
 }
 
@@ -123,6 +143,31 @@ bool match_scaled_softmax(const Matcher& m, int sm_node, std::vector<bool>& fold
     return true;
 }
 
+// Linear nodes not folded elsewhere that read the same x, with W (and b) graph tensors and
+// the same number of inputs: groups of two or more, by x.
+std::vector<std::vector<int>> linear_groups(const Graph& g, const std::vector<bool>& folded) {
+    std::vector<std::vector<int>> groups;
+    std::vector<int> group_of(g.values().size(), -1);  // x value id -> group
+    for (std::size_t i = 0; i < g.nodes().size(); ++i) {
+        const Node& n = g.nodes()[i];
+        if (folded[i] || n.op->name != std::string("Linear") || n.outputs.size() != 1) continue;
+        bool constant = true;
+        for (std::size_t k = 1; k < n.inputs.size(); ++k) constant = constant && g.value(n.inputs[k]).producer < 0;
+        if (!constant) continue;
+        int& gi = group_of[static_cast<std::size_t>(n.inputs[0])];
+        if (gi >= 0 && g.nodes()[static_cast<std::size_t>(groups[static_cast<std::size_t>(gi)][0])].inputs.size() !=
+                           n.inputs.size())
+            continue;
+        if (gi < 0) {
+            gi = static_cast<int>(groups.size());
+            groups.emplace_back();
+        }
+        groups[static_cast<std::size_t>(gi)].push_back(static_cast<int>(i));
+    }
+    std::erase_if(groups, [](const std::vector<int>& grp) { return grp.size() < 2; });
+    return groups;
+}
+
 }  // namespace
 
 Plan make_plan(const Graph& graph, const std::vector<bool>& keep, bool optimize) {
@@ -145,20 +190,40 @@ Plan make_plan(const Graph& graph, const std::vector<bool>& keep, bool optimize)
             }
         }
     }
+    if (optimize) {
+        // a group runs where its first node stood: its inputs are x and graph tensors
+        for (const auto& grp : linear_groups(graph, folded)) {
+            Step s;
+            s.kind = StepKind::linear_group;
+            s.nodes = grp;
+            s.member_inputs = nodes[static_cast<std::size_t>(grp[0])].inputs.size() - 1;
+            s.inputs = {nodes[static_cast<std::size_t>(grp[0])].inputs[0]};
+            for (int n : grp) {
+                const Node& node = nodes[static_cast<std::size_t>(n)];
+                s.inputs.insert(s.inputs.end(), node.inputs.begin() + 1, node.inputs.end());
+                s.outputs.push_back(node.outputs[0]);
+                if (n != grp[0]) {
+                    s.folded.push_back(n);
+                    folded[static_cast<std::size_t>(n)] = true;
+                }
+            }
+            fused[static_cast<std::size_t>(grp[0])] = std::move(s);
+        }
+    }
     plan.steps.reserve(nodes.size());
     for (std::size_t i = 0; i < nodes.size(); ++i) {
         if (folded[i]) continue;
         Step s = std::move(fused[i]);
         if (s.kind == StepKind::node) s.inputs = nodes[i].inputs;
         s.node = static_cast<int>(i);
-        s.outputs = nodes[i].outputs;
+        if (s.outputs.empty()) s.outputs = nodes[i].outputs;
         plan.steps.push_back(std::move(s));
     }
     return plan;
 }
 
 std::string Plan::describe(const Graph& graph) const {
-    static const char* kinds[] = {"node", "matmul_tb", "scaled_softmax", "attention"};
+    static const char* kinds[] = {"node", "matmul_tb", "scaled_softmax", "attention", "linear_group"};
     std::string text;
     for (const Step& s : steps) {
         if (s.kind == StepKind::node) continue;
@@ -212,23 +277,75 @@ void matmul_tb_forward(const Array<T>& a, const Array<T>& b, Array<T>& c) {
 }
 
 // O = softmax(c · Q·Kᵀ)·V by blocks of gemm_row_block query rows, exactly the blocks the
-// plain GEMMs run: per block, S = Q_blk·Kᵀ (rows x m), softmax in place, O_blk = S·V.
+// plain GEMMs run: per block, S_raw = Q_blk·Kᵀ (rows x m), S = c · S_raw, A = softmax(S),
+// O_blk = A·V. A block of S_raw, S or A goes to its own array when kept, else to a scratch
+// block reused in place, so an untraced run never holds the n×m scores.
 template <class T>
-void attention_forward(const Array<T>& q, const Array<T>& k, const Array<T>& v, Array<T>& o, T factor, bool scaled) {
+void attention_forward(const Step& step, In<T> in, Out<T> out) {
+    const Array<T>& q = *in[0];
+    const Array<T>& k = *in[1];
+    const Array<T>& v = *in[2];
+    std::size_t slot = 1;
+    T* s_raw_out = step.keep_s_raw ? out[slot++]->data() : nullptr;
+    T* s_out = step.keep_s ? out[slot++]->data() : nullptr;
+    T* a_out = step.keep_a ? out[slot++]->data() : nullptr;
+    const T factor = static_cast<T>(step.factor);
     const Shape qs = shape_of(q), ks = shape_of(k), vs = shape_of(v);
     const std::size_t n = qs.end()[-2], dk = qs.back(), m = ks.end()[-2], dv = vs.back();
     const std::size_t batches = element_count(batch_of(qs));
     const std::size_t blocks = (n + gemm_row_block - 1) / gemm_row_block;
+    const bool need_scratch = !s_raw_out || (step.scaled && !s_out) || !a_out;
     parallel_chunks(batches * blocks, 1, [&](std::size_t c0, std::size_t c1) {
-        std::vector<T> s(std::min(n, gemm_row_block) * m);
+        std::vector<T> scratch(need_scratch ? std::min(n, gemm_row_block) * m : 0);
         for (std::size_t c = c0; c < c1; ++c) {
             const std::size_t b = c / blocks, r0 = (c % blocks) * gemm_row_block;
-            const std::size_t rows = std::min(gemm_row_block, n - r0);
+            const std::size_t rows = std::min(gemm_row_block, n - r0), at = (b * n + r0) * m;
+            T* sr = s_raw_out ? s_raw_out + at : scratch.data();
             gemm<T>(false, true, rows, m, dk, T(1), q.data() + (b * n + r0) * dk, dk, k.data() + b * m * dk, dk, T(0),
-                    s.data(), m);
-            softmax_rows<T>(s.data(), s.data(), rows, m, factor, scaled);
-            gemm<T>(false, false, rows, dv, m, T(1), s.data(), m, v.data() + b * m * dv, dv, T(0),
-                    o.data() + (b * n + r0) * dv, dv);
+                    sr, m);
+            T* a = a_out ? a_out + at : scratch.data();
+            if (s_out) {  // S kept: the Scale op's arithmetic, then softmax of S
+                T* sv = s_out + at;
+                for (std::size_t i = 0; i < rows * m; ++i) sv[i] = factor * sr[i];
+                softmax_rows<T>(sv, a, rows, m, T(1), false);
+            } else {
+                softmax_rows<T>(sr, a, rows, m, factor, step.scaled);
+            }
+            gemm<T>(false, false, rows, dv, m, T(1), a, m, v.data() + b * m * dv, dv, T(0),
+                    out[0]->data() + (b * n + r0) * dv, dv);
+        }
+    });
+}
+
+// y_i = x·W_i + b_i for every node of a group, through one GEMM x·[W_1 | W_2 | ...]; the
+// bias is added after the product, as the Linear op adds it.
+template <class T>
+void linear_group_forward(In<T> in, Out<T> out, std::size_t member_inputs) {
+    const Array<T>& x = *in[0];
+    const std::size_t k = in[1]->shape()[0], m = k ? x.size() / k : out[0]->size() / std::max<std::size_t>(in[1]->shape()[1], 1);
+    std::vector<std::size_t> offset(out.size() + 1, 0);
+    for (std::size_t i = 0; i < out.size(); ++i) offset[i + 1] = offset[i] + in[1 + i * member_inputs]->shape()[1];
+    const std::size_t width = offset.back();
+    Array<T> w = Array<T>::from_shape({k, width});
+    for (std::size_t i = 0; i < out.size(); ++i) {
+        const T* wi = in[1 + i * member_inputs]->data();
+        const std::size_t ni = offset[i + 1] - offset[i];
+        for (std::size_t r = 0; r < k; ++r) std::copy(wi + r * ni, wi + (r + 1) * ni, w.data() + r * width + offset[i]);
+    }
+    Array<T> wide = Array<T>::from_shape({m, width});
+    gemm<T>(false, false, m, width, k, T(1), x.data(), k, w.data(), width, T(0), wide.data(), width);
+    parallel_chunks(m, grain_for(width), [&](std::size_t r0, std::size_t r1) {
+        for (std::size_t i = 0; i < out.size(); ++i) {
+            const std::size_t ni = offset[i + 1] - offset[i];
+            const T* b = member_inputs == 2 ? in[2 + i * member_inputs]->data() : nullptr;
+            T* y = out[i]->data();
+            for (std::size_t r = r0; r < r1; ++r) {
+                const T* src = wide.data() + r * width + offset[i];
+                if (b)
+                    for (std::size_t j = 0; j < ni; ++j) y[r * ni + j] = src[j] + b[j];
+                else
+                    std::copy(src, src + ni, y + r * ni);
+            }
         }
     });
 }
@@ -255,7 +372,8 @@ void run_step(const Graph& graph, const Step& step, In<T> in, Out<T> out) {
     }
     case StepKind::matmul_tb: matmul_tb_forward<T>(*in[0], *in[1], *out[0]); return;
     case StepKind::scaled_softmax: scaled_softmax_forward<T>(*in[0], *out[0], factor); return;
-    case StepKind::attention: attention_forward<T>(*in[0], *in[1], *in[2], *out[0], factor, step.scaled); return;
+    case StepKind::attention: attention_forward<T>(step, in, out); return;
+    case StepKind::linear_group: linear_group_forward<T>(in, out, step.member_inputs); return;
     }
 }
 

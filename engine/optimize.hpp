@@ -3,13 +3,19 @@
 // (traced values and outputs). A node whose output nobody will see can be folded into the
 // node that reads it, so that the value is never materialised:
 //
-//   attention       O = softmax(c · Q·Kᵀ)·V, with KT, S_raw, S and A unseen: one kernel over
-//                   blocks of gemm_row_block query rows, holding one block of scores at a time
-//                   (never the n×m matrix); the Scale is optional.
+//   attention       O = softmax(c · Q·Kᵀ)·V: one kernel over blocks of gemm_row_block query
+//                   rows that computes S_raw, S, A and O for a block while it is in cache.
+//                   Unseen S_raw, S and A live in one scratch block (never the n×m matrix);
+//                   seen ones are written block by block; an unseen KT is never made (the
+//                   GEMM reads K transposed). The Scale is optional.
 //   matmul_tb       MatMul(a, Transpose(b)) with the transpose unseen: the GEMM reads b
 //                   transposed instead of a copy.
 //   scaled_softmax  Softmax(Scale(x)) along the last axis with the scaled values unseen: one
 //                   pass instead of two.
+//   linear_group    Linear nodes reading the same x with weights given as tensors (the heads'
+//                   Q, K, V projections): one wide GEMM x·[W1 | W2 | ...], each node's
+//                   output copied out of it with its bias added. Every output is still
+//                   materialised, so this one applies to traced runs too.
 //
 // Every rewrite runs the same GEMM row blocks and the same softmax kernel as the nodes it
 // replaces, so an optimised run gives the plain run's numbers (a transposed GEMM operand may
@@ -21,7 +27,7 @@
 
 namespace attngraph {
 
-enum class StepKind { node, matmul_tb, scaled_softmax, attention };
+enum class StepKind { node, matmul_tb, scaled_softmax, attention, linear_group };
 
 /// @brief One unit of work of a run: a node, or several nodes fused.
 struct Step {
@@ -30,8 +36,11 @@ struct Step {
     std::vector<int> folded;   ///< nodes folded into this step (not run on their own)
     std::vector<int> inputs;   ///< value ids read
     std::vector<int> outputs;  ///< value ids written
+    std::vector<int> nodes;    ///< linear_group: the nodes computed together (`node` is the first)
     double factor = 1.0;       ///< a Scale factor folded in
     bool scaled = false;       ///< whether `factor` applies
+    bool keep_s_raw = false, keep_s = false, keep_a = false;  ///< attention: kept intermediates (outputs 1, 2, ...)
+    std::size_t member_inputs = 0;  ///< linear_group: inputs per node after the shared x (W, or W and b)
 };
 
 /// @brief The steps of a run, in an order where every step follows the producers of its inputs.
