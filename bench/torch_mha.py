@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """PyTorch's nn.MultiheadAttention forward at attngraph bench's sizes, for comparison.
 
 usage: env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python3 bench/torch_mha.py [--seq N] [--d-model D]
