@@ -33,9 +33,9 @@ void run_graph(benchmark::State& state, const Graph& g, int threads, bool trace 
     RunOptions options;
     options.trace = trace;
     for (auto _ : state) benchmark::DoNotOptimize(executor.run(g, options));
-    state.counters["s/node"] = benchmark::Counter(static_cast<double>(g.nodes().size()),
-                                                  benchmark::Counter::kIsIterationInvariantRate |
-                                                      benchmark::Counter::kInvert);
+    state.counters["s/node"] =
+        benchmark::Counter(static_cast<double>(g.nodes().size()),
+                           benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
 }
 
 const Graph& seed_graph() {
@@ -45,16 +45,20 @@ const Graph& seed_graph() {
 
 }  // namespace
 
-static void BM_SeedGraph(benchmark::State& state) { run_graph(state, seed_graph(), static_cast<int>(state.range(0))); }
+static void BM_SeedGraph(benchmark::State& state) {
+    run_graph(state, seed_graph(), static_cast<int>(state.range(0)));
+}
 static void BM_SeedGraphTraced(benchmark::State& state) {
     run_graph(state, seed_graph(), static_cast<int>(state.range(0)), true);
 }
 static void BM_ScaleChain(benchmark::State& state) {
-    run_graph(state, scale_graph(static_cast<std::size_t>(state.range(0)), static_cast<std::size_t>(state.range(1)), true),
+    run_graph(state,
+              scale_graph(static_cast<std::size_t>(state.range(0)), static_cast<std::size_t>(state.range(1)), true),
               static_cast<int>(state.range(2)));
 }
 static void BM_ScaleFan(benchmark::State& state) {
-    run_graph(state, scale_graph(static_cast<std::size_t>(state.range(0)), static_cast<std::size_t>(state.range(1)), false),
+    run_graph(state,
+              scale_graph(static_cast<std::size_t>(state.range(0)), static_cast<std::size_t>(state.range(1)), false),
               static_cast<int>(state.range(2)));
 }
 

@@ -44,7 +44,9 @@ void run_op(benchmark::State& state, const std::string& name, const nlohmann::js
     state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * bytes * sizeof(float)));
 }
 
-std::size_t arg(const benchmark::State& s, int i) { return static_cast<std::size_t>(s.range(i)); }
+std::size_t arg(const benchmark::State& s, int i) {
+    return static_cast<std::size_t>(s.range(i));
+}
 
 void set_flops(benchmark::State& state, double flops) {
     state.counters["GFLOP/s"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
@@ -54,7 +56,8 @@ void set_flops(benchmark::State& state, double flops) {
 
 static void BM_Linear(benchmark::State& state) {  // x (n, 768) · W (768, 64) + b: one head's Q
     const std::size_t n = arg(state, 0);
-    run_op(state, "Linear", nlohmann::json::object(), {{n, d_model}, {d_model, dk}, {1, dk}}, static_cast<int>(state.range(1)));
+    run_op(state, "Linear", nlohmann::json::object(), {{n, d_model}, {d_model, dk}, {1, dk}},
+           static_cast<int>(state.range(1)));
     set_flops(state, 2.0 * n * d_model * dk);
 }
 static void BM_LinearWide(benchmark::State& state) {  // x (n, 768) · W (768, 2304): every head's Q, K, V at once
@@ -80,7 +83,8 @@ static void BM_Scale(benchmark::State& state) {  // S_raw (n, n)
     run_op(state, "Scale", {{"factor", 0.125}}, {{arg(state, 0), arg(state, 0)}}, static_cast<int>(state.range(1)));
 }
 static void BM_Softmax(benchmark::State& state) {  // S (n, n), last axis
-    run_op(state, "Softmax", nlohmann::json::object(), {{arg(state, 0), arg(state, 0)}}, static_cast<int>(state.range(1)));
+    run_op(state, "Softmax", nlohmann::json::object(), {{arg(state, 0), arg(state, 0)}},
+           static_cast<int>(state.range(1)));
 }
 static void BM_SoftmaxAxis0(benchmark::State& state) {  // S (n, n), first axis: the strided scalar path
     run_op(state, "Softmax", {{"axis", 0}}, {{arg(state, 0), arg(state, 0)}}, static_cast<int>(state.range(1)));
@@ -123,7 +127,8 @@ static void attention_head(benchmark::State& state, bool fused) {
     std::vector<const Step*> steps;  // from KT to O
     for (const Step& s : plan.steps) {
         const std::string& name = g.nodes()[static_cast<std::size_t>(s.node)].name;
-        if (name != "head1.Q" && name != "head1.K" && name != "head1.V" && name.rfind("head1.", 0) == 0) steps.push_back(&s);
+        if (name != "head1.Q" && name != "head1.K" && name != "head1.V" && name.rfind("head1.", 0) == 0)
+            steps.push_back(&s);
     }
     tbb::task_arena arena(static_cast<int>(state.range(1)));
     arena.execute([&] {
@@ -141,8 +146,12 @@ static void attention_head(benchmark::State& state, bool fused) {
     });
     set_flops(state, 4.0 * n * n * dk);
 }
-static void BM_AttentionHeadFused(benchmark::State& state) { attention_head(state, true); }
-static void BM_AttentionHeadPlain(benchmark::State& state) { attention_head(state, false); }
+static void BM_AttentionHeadFused(benchmark::State& state) {
+    attention_head(state, true);
+}
+static void BM_AttentionHeadPlain(benchmark::State& state) {
+    attention_head(state, false);
+}
 
 static void sizes(benchmark::internal::Benchmark* b) {
     for (int threads : {1, 2})
@@ -161,4 +170,8 @@ BENCHMARK(BM_SoftmaxAxis0)->Apply(sizes);
 BENCHMARK(BM_Concat)->Apply(sizes);
 BENCHMARK(BM_AttentionHeadFused)->Apply(sizes);
 BENCHMARK(BM_AttentionHeadPlain)->Apply(sizes);
-BENCHMARK(BM_Gemm)->ArgsProduct({{512, 2048}, {1, 2}})->ArgNames({"n", "threads"})->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_Gemm)
+    ->ArgsProduct({{512, 2048}, {1, 2}})
+    ->ArgNames({"n", "threads"})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();

@@ -10,8 +10,8 @@
 #include <functional>
 #include <iostream>
 
-#include <nlohmann/json.hpp>
 #include <tbb/task_arena.h>
+#include <nlohmann/json.hpp>
 
 #include "cli/common.hpp"
 #include "engine/error.hpp"
@@ -179,9 +179,11 @@ void bench_graph(const BenchArgs& a) {
 
 void add_bench_command(CLI::App& app) {
     auto args = std::make_shared<BenchArgs>();
-    CLI::App* cmd = app.add_subcommand("bench", "Time an attention variant (or the engine's GEMM) and print one JSON line");
+    CLI::App* cmd =
+        app.add_subcommand("bench", "Time an attention variant (or the engine's GEMM) and print one JSON line");
     std::string variants;
-    for (const auto& v : bench_variants()) variants += std::string(variants.empty() ? "" : "; ") + v.name + ": " + v.description;
+    for (const auto& v : bench_variants())
+        variants += std::string(variants.empty() ? "" : "; ") + v.name + ": " + v.description;
     cmd->add_option("--variant", args->variant, "Graph to time (" + variants + ")");
     cmd->add_option("--batch", args->batch, "Sequences per batch (0: X is (n, d_model))");
     cmd->add_option("--seq", args->seq, "Sequence length n");
@@ -195,8 +197,10 @@ void add_bench_command(CLI::App& app) {
     cmd->add_flag("--backward", args->backward, "Time forward + backward");
     cmd->add_flag("--plain", args->plain, "Run one step per node, without the graph rewrites of engine/optimize.hpp");
     cmd->callback([args] {
-        if (args->gemm) bench_gemm(*args);
-        else bench_graph(*args);
+        if (args->gemm)
+            bench_gemm(*args);
+        else
+            bench_graph(*args);
     });
 }
 

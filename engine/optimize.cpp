@@ -72,7 +72,9 @@ private:
     std::vector<int> m_uses;
 };
 
-Shape batch_of(const Shape& s) { return Shape(s.begin(), s.end() - 2); }
+Shape batch_of(const Shape& s) {
+    return Shape(s.begin(), s.end() - 2);
+}
 
 // O = MatMul(A, V), A = Softmax(S), S = Scale(S_raw) (optional), S_raw = MatMul(Q, KT),
 // KT = Transpose(K); Q (..., n, dk), K (..., m, dk), V (..., m, dv) with the same batch axes.
@@ -227,8 +229,8 @@ std::string Plan::describe(const Graph& graph) const {
     std::string text;
     for (const Step& s : steps) {
         if (s.kind == StepKind::node) continue;
-        text += std::string(kinds[static_cast<int>(s.kind)]) + "(" + graph.nodes()[static_cast<std::size_t>(s.node)].name +
-                " <-";
+        text += std::string(kinds[static_cast<int>(s.kind)]) + "(" +
+                graph.nodes()[static_cast<std::size_t>(s.node)].name + " <-";
         for (std::size_t k = 0; k < s.folded.size(); ++k)
             text += (k ? ", " : " ") + graph.nodes()[static_cast<std::size_t>(s.folded[k])].name;
         text += ")\n";
@@ -240,7 +242,9 @@ std::string Plan::describe(const Graph& graph) const {
 
 namespace {
 
-Shape shape_of(const auto& a) { return Shape(a.shape().begin(), a.shape().end()); }
+Shape shape_of(const auto& a) {
+    return Shape(a.shape().begin(), a.shape().end());
+}
 
 // c = a · bᵀ batched with broadcasting: a (..., m, k), b (..., n, k), c (batch..., m, n).
 // The MatMul op's loop, with the GEMM reading b transposed.
@@ -322,7 +326,8 @@ void attention_forward(const Step& step, In<T> in, Out<T> out) {
 template <class T>
 void linear_group_forward(In<T> in, Out<T> out, std::size_t member_inputs) {
     const Array<T>& x = *in[0];
-    const std::size_t k = in[1]->shape()[0], m = k ? x.size() / k : out[0]->size() / std::max<std::size_t>(in[1]->shape()[1], 1);
+    const std::size_t k = in[1]->shape()[0],
+                      m = k ? x.size() / k : out[0]->size() / std::max<std::size_t>(in[1]->shape()[1], 1);
     std::vector<std::size_t> offset(out.size() + 1, 0);
     for (std::size_t i = 0; i < out.size(); ++i) offset[i + 1] = offset[i] + in[1 + i * member_inputs]->shape()[1];
     const std::size_t width = offset.back();
@@ -365,15 +370,23 @@ template <class T>
 void run_step(const Graph& graph, const Step& step, In<T> in, Out<T> out) {
     const T factor = static_cast<T>(step.factor);
     switch (step.kind) {
-    case StepKind::node: {
-        const Node& node = graph.nodes()[static_cast<std::size_t>(step.node)];
-        node.op->forward<T>()(node.attrs, in, out);
-        return;
-    }
-    case StepKind::matmul_tb: matmul_tb_forward<T>(*in[0], *in[1], *out[0]); return;
-    case StepKind::scaled_softmax: scaled_softmax_forward<T>(*in[0], *out[0], factor); return;
-    case StepKind::attention: attention_forward<T>(step, in, out); return;
-    case StepKind::linear_group: linear_group_forward<T>(in, out, step.member_inputs); return;
+        case StepKind::node: {
+            const Node& node = graph.nodes()[static_cast<std::size_t>(step.node)];
+            node.op->forward<T>()(node.attrs, in, out);
+            return;
+        }
+        case StepKind::matmul_tb:
+            matmul_tb_forward<T>(*in[0], *in[1], *out[0]);
+            return;
+        case StepKind::scaled_softmax:
+            scaled_softmax_forward<T>(*in[0], *out[0], factor);
+            return;
+        case StepKind::attention:
+            attention_forward<T>(step, in, out);
+            return;
+        case StepKind::linear_group:
+            linear_group_forward<T>(in, out, step.member_inputs);
+            return;
     }
 }
 

@@ -71,10 +71,10 @@ void Kernel::operator()(Arch, const T* x, T* y, std::size_t rows, std::size_t le
     for (std::size_t r = 0; r < rows; ++r) softmax_row<Arch, T>(x + r * len, y + r * len, len, scale, scaled);
 }
 
-#define ATTNGRAPH_SOFTMAX_INSTANTIATE(ARCH)                                                                      \
-    template void Kernel::operator()<ARCH, float>(ARCH, const float*, float*, std::size_t, std::size_t, float, \
-                                                  bool) const;                                                   \
-    template void Kernel::operator()<ARCH, double>(ARCH, const double*, double*, std::size_t, std::size_t,       \
-                                                   double, bool) const;
+#define ATTNGRAPH_SOFTMAX_INSTANTIATE(ARCH)                                                                          \
+    template void Kernel::operator()<ARCH, float>(ARCH, const float*, float*, std::size_t, std::size_t, float, bool) \
+        const;                                                                                                       \
+    template void Kernel::operator()<ARCH, double>(ARCH, const double*, double*, std::size_t, std::size_t, double,   \
+                                                   bool) const;
 
 }  // namespace attngraph::softmax_detail

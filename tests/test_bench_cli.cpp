@@ -25,8 +25,8 @@ BOOST_AUTO_TEST_CASE(bench_prints_one_json_line) {
     const test::CliResult r = test::run_cli("bench --batch 2 --seq 5 --d-model 8 --heads 2 --threads 2 --reps 3");
     BOOST_TEST(r.code == 0, r.err);
     const nlohmann::ordered_json j = one_json_line(r.out);
-    const std::vector<std::string> want = {"variant", "batch", "seq", "d_model", "heads", "threads", "trace",
-                                           "median_ms", "min_ms", "gflops", "peak_rss_mb"};
+    const std::vector<std::string> want = {"variant", "batch",     "seq",    "d_model", "heads",      "threads",
+                                           "trace",   "median_ms", "min_ms", "gflops",  "peak_rss_mb"};
     BOOST_TEST(keys(j) == want, boost::test_tools::per_element());
     BOOST_TEST(j["variant"] == "mha");
     BOOST_TEST(j["batch"] == 2);
@@ -65,11 +65,12 @@ BOOST_AUTO_TEST_CASE(bench_errors_are_one_line) {
         const char* args;
         const char* says;
     };
-    for (const Case& c : {Case{"bench --variant nope --seq 4 --d-model 4 --heads 2", "unknown variant 'nope' (known: mha, seed"},
-                          Case{"bench --seq 4 --heads 2", "needs --seq, --d-model and --heads"},
-                          Case{"bench --seq 4 --d-model 6 --heads 4", "not a multiple of heads"},
-                          Case{"bench --seq 4 --d-model 4 --heads 2 --backward", "--backward is not available"},
-                          Case{"bench --seq 4 --d-model 4 --heads 2 --trace disk", "--trace"}}) {
+    for (const Case& c :
+         {Case{"bench --variant nope --seq 4 --d-model 4 --heads 2", "unknown variant 'nope' (known: mha, seed"},
+          Case{"bench --seq 4 --heads 2", "needs --seq, --d-model and --heads"},
+          Case{"bench --seq 4 --d-model 6 --heads 4", "not a multiple of heads"},
+          Case{"bench --seq 4 --d-model 4 --heads 2 --backward", "--backward is not available"},
+          Case{"bench --seq 4 --d-model 4 --heads 2 --trace disk", "--trace"}}) {
         BOOST_TEST_CONTEXT(c.args) {
             const test::CliResult r = test::run_cli(c.args);
             BOOST_TEST(r.code != 0);

@@ -180,7 +180,9 @@ BOOST_DATA_TEST_CASE(optimised_equals_plain_and_reference, bdata::make({1, 64, 1
     BOOST_TEST(test::max_abs_diff(yt, yp) < 1e-6);
     BOOST_TEST((yt == yf));  // keeping the intermediates does not change the arithmetic
     for (const char* name : {"head1.KT", "head1.S_raw", "head2.S", "head3.A", "head3.O"}) {
-        BOOST_TEST_CONTEXT(name) { BOOST_TEST(test::max_abs_diff(rt.at(g, name), rp.at(g, name)) < 1e-6); }
+        BOOST_TEST_CONTEXT(name) {
+            BOOST_TEST(test::max_abs_diff(rt.at(g, name), rp.at(g, name)) < 1e-6);
+        }
     }
     BOOST_TEST(rf.values[static_cast<std::size_t>(g.at("head1.S_raw"))] == nullptr);
     BOOST_TEST(rf.values[static_cast<std::size_t>(g.at("head1.A"))] == nullptr);
@@ -214,7 +216,9 @@ BOOST_AUTO_TEST_CASE(partial_trace_keeps_its_values_and_names) {
     some.trace_only = {"head1.KT", "head2.S", "head3.A", "head*.O"};
     const RunResult ra = run(g, all), rs = run(g, some);
     for (const char* name : {"head1.KT", "head2.S", "head3.A", "head1.O", "head2.O", "head3.O", "Y"}) {
-        BOOST_TEST_CONTEXT(name) { BOOST_TEST(test::max_abs_diff(rs.at(g, name), ra.at(g, name)) < 1e-6); }
+        BOOST_TEST_CONTEXT(name) {
+            BOOST_TEST(test::max_abs_diff(rs.at(g, name), ra.at(g, name)) < 1e-6);
+        }
     }
     BOOST_TEST((rs.at(g, "head1.KT") == ra.at(g, "head1.KT")));
     BOOST_TEST(rs.values[static_cast<std::size_t>(g.at("head1.S_raw"))] == nullptr);
@@ -226,7 +230,7 @@ BOOST_DATA_TEST_CASE(softmax_kernel_matches_scalar_softmax, bdata::make({1, 3, 7
     for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(std::sin(0.7 * static_cast<double>(i)) * 9.0);
     const float inf = std::numeric_limits<float>::infinity();
     for (std::size_t j = 0; j < n; ++j) x[2 * n + j] = -inf;  // a fully masked row
-    if (n > 1) x[3 * n + n / 2] = -inf;                        // one masked position
+    if (n > 1) x[3 * n + n / 2] = -inf;                       // one masked position
     const float scale = 0.37f;
     std::vector<float> y(x.size());
     softmax_rows<float>(x.data(), y.data(), rows, n, scale, true);
@@ -236,7 +240,9 @@ BOOST_DATA_TEST_CASE(softmax_kernel_matches_scalar_softmax, bdata::make({1, 3, 7
         for (std::size_t j = 0; j < n; ++j) sum += mx == -INFINITY ? 0 : std::exp(scale * x[r * n + j] - mx);
         for (std::size_t j = 0; j < n; ++j) {
             const double want = mx == -INFINITY ? 0.0 : std::exp(scale * x[r * n + j] - mx) / sum;
-            BOOST_TEST_CONTEXT("row " << r << " col " << j) { BOOST_TEST(std::abs(y[r * n + j] - want) <= 1e-6); }
+            BOOST_TEST_CONTEXT("row " << r << " col " << j) {
+                BOOST_TEST(std::abs(y[r * n + j] - want) <= 1e-6);
+            }
         }
     }
     // in place gives the same bits
