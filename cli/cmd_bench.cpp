@@ -3,12 +3,14 @@
 // attngraph bench --gemm N [--threads T] [--reps R]
 // Builds an attention variant at the given sizes with seeded random weights, runs one
 // warm-up and R timed runs, and prints one JSON line of timings.
+#include <malloc.h>
 #include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
 #include <functional>
 #include <iostream>
+#include <limits>
 
 #include <tbb/task_arena.h>
 #include <nlohmann/json.hpp>
@@ -32,6 +34,7 @@ struct BenchArgs {
     std::string trace = "none";
     bool backward = false;
     bool plain = false;
+    bool default_malloc = false;
 };
 
 /// The sizes a variant is built at.
@@ -139,12 +142,21 @@ void bench_gemm(const BenchArgs& a) {
     std::cout << j.dump() << std::endl;
 }
 
+// Repeated runs in one process, as a server tracing every request makes them: glibc keeps
+// the memory a run frees (up to 32 MB an array) for the next run, instead of returning it
+// and page-faulting fresh zeroed pages in again.
+void keep_freed_memory() {
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    mallopt(M_TRIM_THRESHOLD, std::numeric_limits<int>::max());
+}
+
 void bench_graph(const BenchArgs& a) {
     const BenchVariant& variant = find_variant(a.variant);
     if (variant.needs_sizes && (a.seq == 0 || a.d_model == 0 || a.heads == 0))
         throw Error("bench: variant '" + a.variant + "' needs --seq, --d-model and --heads (each > 0)");
     if (a.backward)
         throw Error("bench: --backward is not available yet (the autodiff engine has not landed on this branch)");
+    if (!a.default_malloc) keep_freed_memory();
     const Graph graph = variant.build({a.batch, a.seq, a.d_model, a.heads});
     Executor executor(a.threads);
     RunOptions options;
@@ -168,6 +180,7 @@ void bench_graph(const BenchArgs& a) {
     j["threads"] = executor.threads();
     j["trace"] = a.trace;
     if (a.plain) j["plan"] = "plain";
+    if (a.default_malloc) j["malloc"] = "default";
     j["median_ms"] = rounded(t.median_ms, 4);
     j["min_ms"] = rounded(t.min_ms, 4);
     j["gflops"] = rounded(graph_flops(graph) / (t.median_ms * 1e-3) / 1e9, 2);
@@ -195,6 +208,8 @@ void add_bench_command(CLI::App& app) {
     cmd->add_option("--trace", args->trace, "none, or memory: keep every node's output as a traced run does")
         ->check(CLI::IsMember({"none", "memory"}));
     cmd->add_flag("--backward", args->backward, "Time forward + backward");
+    cmd->add_flag("--default-malloc", args->default_malloc,
+                  "Leave glibc's malloc policy as is (by default bench keeps freed memory for the next run)");
     cmd->add_flag("--plain", args->plain, "Run one step per node, without the graph rewrites of engine/optimize.hpp");
     cmd->callback([args] {
         if (args->gemm)
