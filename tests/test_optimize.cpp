@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "engine/builder.hpp"
 #include "engine/executor.hpp"
@@ -152,6 +153,37 @@ BOOST_AUTO_TEST_CASE(transposed_operand_and_scaled_softmax_match_plain) {
     for (int threads : {1, 2, 4}) {
         fast.threads = threads;
         BOOST_TEST((run(g, fast).at(g, "A") == rf.at(g, "A")));
+    }
+}
+
+// The attention rewrite reads the attributes: an explicit perm swapping the last two axes and
+// softmax on the last axis by number fuse; any other perm or axis does not (cubes, so that
+// every perm gives a valid graph).
+BOOST_AUTO_TEST_CASE(attention_rewrite_checks_perm_and_axis) {
+    struct Case {
+        std::optional<std::vector<int>> perm;
+        int axis;
+        bool fused;
+    };
+    for (const Case& c : {Case{std::nullopt, -1, true}, Case{std::vector<int>{0, 2, 1}, 2, true},
+                          Case{std::vector<int>{0, -1, -2}, -1, true}, Case{std::vector<int>{1, 0, 2}, -1, false},
+                          Case{std::nullopt, 1, false}}) {
+        GraphBuilder b("chain");
+        Value q = b.input("Q", graphs::random_tensor({6, 6, 6}, DType::f32, 5));
+        Value k = b.input("K", graphs::random_tensor({6, 6, 6}, DType::f32, 6));
+        Value v = b.input("V", graphs::random_tensor({6, 6, 6}, DType::f32, 7));
+        Value kt = c.perm ? transpose(k, *c.perm) : transpose(k);
+        b.output(matmul(softmax(scale(matmul(q, kt), 0.5), c.axis), v).as("O"));
+        const Graph g = b.build();
+        std::string perm = "none";
+        if (c.perm) perm = std::to_string((*c.perm)[0]) + std::to_string((*c.perm)[1]) + std::to_string((*c.perm)[2]);
+        BOOST_TEST_CONTEXT("perm " << perm << " axis " << c.axis) {
+            const Plan p = make_plan(g, kept(g, {}));
+            BOOST_TEST((count_steps(p, StepKind::attention) == 1u) == c.fused);
+            RunOptions plain;
+            plain.optimize = false;
+            BOOST_TEST(test::max_abs_diff(run(g, {}).at(g, "O"), run(g, plain).at(g, "O")) < 1e-6);
+        }
     }
 }
 
