@@ -76,8 +76,19 @@ Shape batch_of(const Shape& s) {
     return Shape(s.begin(), s.end() - 2);
 }
 
+// Whether batch axes `from` repeat to `to` by numpy broadcasting (size-1 axes, missing axes).
+bool broadcasts_to(const Shape& from, const Shape& to) {
+    if (from.size() > to.size()) return false;
+    for (std::size_t i = 0; i < from.size(); ++i) {
+        const std::size_t d = from[from.size() - 1 - i];
+        if (d != 1 && d != to[to.size() - 1 - i]) return false;
+    }
+    return true;
+}
+
 // O = MatMul(A, V), A = Softmax(S), S = Scale(S_raw) (optional), S_raw = MatMul(Q, KT),
-// KT = Transpose(K); Q (..., n, dk), K (..., m, dk), V (..., m, dv) with the same batch axes.
+// KT = Transpose(K); Q (..., n, dk), K (..., m, dk), V (..., m, dv), the batch axes of K and V
+// broadcasting to Q's.
 // Each intermediate is read only by the next node; S_raw, S and A may be kept (the step
 // writes them, block by block), KT too (its Transpose then runs on its own).
 bool match_attention(const Matcher& m, int o_node, std::vector<bool>& folded, Step& step) {
@@ -95,8 +106,9 @@ bool match_attention(const Matcher& m, int o_node, std::vector<bool>& folded, St
     if (kt_node < 0 || !m.swaps_last_two(kt_node)) return false;
     const int q = m.node(sraw_node).inputs[0], k = m.node(kt_node).inputs[0], v = o.inputs[1];
     const Shape &qs = m.shape(q), &ks = m.shape(k), &vs = m.shape(v);
-    if (qs.size() < 2 || ks.size() != qs.size() || vs.size() != qs.size()) return false;
-    if (batch_of(qs) != batch_of(ks) || batch_of(qs) != batch_of(vs)) return false;
+    if (qs.size() < 2 || ks.size() < 2 || vs.size() < 2) return false;
+    // K and V may be shared across query heads (MQA, GQA): their batch axes repeat to Q's
+    if (!broadcasts_to(batch_of(ks), batch_of(qs)) || !broadcasts_to(batch_of(vs), batch_of(qs))) return false;
     if (ks.back() != qs.back() || vs.end()[-2] != ks.end()[-2]) return false;
 
     step.kind = StepKind::attention;
@@ -242,6 +254,27 @@ std::string Plan::describe(const Graph& graph) const {
 
 namespace {
 
+// Matrix index, in an operand whose batch axes broadcast to `target`, of every batch index of
+// `target` (row-major).
+std::vector<std::size_t> batch_offsets(const Shape& target, const Shape& operand) {
+    std::vector<std::size_t> strides(target.size(), 0);
+    std::size_t stride = 1;
+    for (std::size_t i = operand.size(); i-- > 0;) {
+        strides[i + target.size() - operand.size()] = operand[i] == 1 ? 0 : stride;
+        stride *= operand[i];
+    }
+    std::vector<std::size_t> offsets(element_count(target));
+    for (std::size_t flat = 0; flat < offsets.size(); ++flat) {
+        std::size_t rem = flat, off = 0;
+        for (std::size_t i = target.size(); i-- > 0;) {
+            off += (rem % target[i]) * strides[i];
+            rem /= target[i];
+        }
+        offsets[flat] = off;
+    }
+    return offsets;
+}
+
 Shape shape_of(const auto& a) {
     return Shape(a.shape().begin(), a.shape().end());
 }
@@ -297,6 +330,8 @@ void attention_forward(const Step& step, In<T> in, Out<T> out) {
     const Shape qs = shape_of(q), ks = shape_of(k), vs = shape_of(v);
     const std::size_t n = qs.end()[-2], dk = qs.back(), m = ks.end()[-2], dv = vs.back();
     const std::size_t batches = element_count(batch_of(qs));
+    const std::vector<std::size_t> kb = batch_offsets(batch_of(qs), batch_of(ks)),
+                                   vb = batch_offsets(batch_of(qs), batch_of(vs));
     const std::size_t blocks = (n + gemm_row_block - 1) / gemm_row_block;
     const bool need_scratch = !s_raw_out || (step.scaled && !s_out) || !a_out;
     parallel_chunks(batches * blocks, 1, [&](std::size_t c0, std::size_t c1) {
@@ -305,8 +340,8 @@ void attention_forward(const Step& step, In<T> in, Out<T> out) {
             const std::size_t b = c / blocks, r0 = (c % blocks) * gemm_row_block;
             const std::size_t rows = std::min(gemm_row_block, n - r0), at = (b * n + r0) * m;
             T* sr = s_raw_out ? s_raw_out + at : scratch.data();
-            gemm<T>(false, true, rows, m, dk, T(1), q.data() + (b * n + r0) * dk, dk, k.data() + b * m * dk, dk, T(0),
-                    sr, m);
+            gemm<T>(false, true, rows, m, dk, T(1), q.data() + (b * n + r0) * dk, dk, k.data() + kb[b] * m * dk, dk,
+                    T(0), sr, m);
             T* a = a_out ? a_out + at : scratch.data();
             if (s_out) {  // S kept: the Scale op's arithmetic, then softmax of S
                 T* sv = s_out + at;
@@ -315,7 +350,7 @@ void attention_forward(const Step& step, In<T> in, Out<T> out) {
             } else {
                 softmax_rows<T>(sr, a, rows, m, factor, step.scaled);
             }
-            gemm<T>(false, false, rows, dv, m, T(1), a, m, v.data() + b * m * dv, dv, T(0),
+            gemm<T>(false, false, rows, dv, m, T(1), a, m, v.data() + vb[b] * m * dv, dv, T(0),
                     out[0]->data() + (b * n + r0) * dv, dv);
         }
     });

@@ -7,7 +7,8 @@
 //                   rows that computes S_raw, S, A and O for a block while it is in cache.
 //                   Unseen S_raw, S and A live in one scratch block (never the n×m matrix);
 //                   seen ones are written block by block; an unseen KT is never made (the
-//                   GEMM reads K transposed). The Scale is optional.
+//                   GEMM reads K transposed). The Scale is optional; K and V may be shared
+//                   across query heads (their batch axes broadcast to Q's: MQA, GQA).
 //   matmul_tb       MatMul(a, Transpose(b)) with the transpose unseen: the GEMM reads b
 //                   transposed instead of a copy.
 //   scaled_softmax  Softmax(Scale(x)) along the last axis with the scaled values unseen: one

@@ -187,6 +187,35 @@ BOOST_AUTO_TEST_CASE(attention_rewrite_checks_perm_and_axis) {
     }
 }
 
+// Keys and values shared across query heads (GQA: (2, 1, m, d) for queries (2, 3, n, d);
+// MQA: one (m, d) for all) fuse; K whose batch axes do not repeat to Q's do not.
+BOOST_AUTO_TEST_CASE(attention_with_shared_keys_and_values) {
+    struct Case {
+        Shape q, kv;
+        bool fused;
+    };
+    for (const Case& c : {Case{{2, 3, 130, 8}, {2, 1, 70, 8}, true}, Case{{2, 3, 130, 8}, {70, 8}, true},
+                          Case{{1, 130, 8}, {3, 70, 8}, false}}) {
+        GraphBuilder b("shared");
+        Value q = b.input("Q", graphs::random_tensor(c.q, DType::f32, 8));
+        Value k = b.input("K", graphs::random_tensor(c.kv, DType::f32, 9));
+        Value v = b.input("V", graphs::random_tensor(c.kv, DType::f32, 10));
+        b.output(matmul(softmax(scale(matmul(q, transpose(k)), 0.35)), v).as("O"));
+        const Graph g = b.build();
+        BOOST_TEST_CONTEXT("Q (" << shape_str(c.q) << "), K, V (" << shape_str(c.kv) << ")") {
+            BOOST_TEST((count_steps(make_plan(g, kept(g, {})), StepKind::attention) == 1u) == c.fused);
+            RunOptions plain;
+            plain.optimize = false;
+            RunOptions fast;
+            fast.threads = 1;
+            const RunResult rf = run(g, fast);
+            BOOST_TEST(test::max_abs_diff(rf.at(g, "O"), run(g, plain).at(g, "O")) < 1e-6);
+            fast.threads = 4;
+            BOOST_TEST((run(g, fast).at(g, "O") == rf.at(g, "O")));
+        }
+    }
+}
+
 BOOST_DATA_TEST_CASE(optimised_equals_plain_and_reference, bdata::make({1, 64, 130, 200}) * bdata::make({0, 2}), n,
                      batch) {
     const graphs::MhaConfig c = config(static_cast<std::size_t>(n), static_cast<std::size_t>(batch));
