@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/common.hpp"
+#include "engine/autodiff.hpp"
 #include "engine/error.hpp"
 #include "engine/executor.hpp"
 #include "engine/gemm.hpp"
@@ -154,8 +155,6 @@ void bench_graph(const BenchArgs& a) {
     const BenchVariant& variant = find_variant(a.variant);
     if (variant.needs_sizes && (a.seq == 0 || a.d_model == 0 || a.heads == 0))
         throw Error("bench: variant '" + a.variant + "' needs --seq, --d-model and --heads (each > 0)");
-    if (a.backward)
-        throw Error("bench: --backward is not available yet (the autodiff engine has not landed on this branch)");
     if (!a.default_malloc) keep_freed_memory();
     const Graph graph = variant.build({a.batch, a.seq, a.d_model, a.heads});
     Executor executor(a.threads);
@@ -163,10 +162,16 @@ void bench_graph(const BenchArgs& a) {
     options.threads = executor.threads();
     options.trace = a.trace == "memory";
     options.optimize = !a.plain;
+    options.keep_all = a.backward;  // backward reads every forward value
+    BackwardOptions backward_options;
+    backward_options.threads = executor.threads();
+    for (const ValueInfo& v : graph.values())  // the gradients a training step needs: X and the weights
+        if (v.kind != ValueKind::node) backward_options.wrt.push_back(v.name);
     std::vector<double> seconds;
     for (int r = 0; r <= a.reps; ++r) {
         const auto t0 = std::chrono::steady_clock::now();
         RunResult result = executor.run(graph, options);
+        if (a.backward) backward(graph, result, {}, backward_options);
         const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         if (r > 0) seconds.push_back(s);
     }
@@ -181,9 +186,11 @@ void bench_graph(const BenchArgs& a) {
     j["trace"] = a.trace;
     if (a.plain) j["plan"] = "plain";
     if (a.default_malloc) j["malloc"] = "default";
+    if (a.backward) j["backward"] = true;
     j["median_ms"] = rounded(t.median_ms, 4);
     j["min_ms"] = rounded(t.min_ms, 4);
-    j["gflops"] = rounded(graph_flops(graph) / (t.median_ms * 1e-3) / 1e9, 2);
+    // a GEMM's backward is two GEMMs of its size (dA and dB)
+    j["gflops"] = rounded((a.backward ? 3 : 1) * graph_flops(graph) / (t.median_ms * 1e-3) / 1e9, 2);
     j["peak_rss_mb"] = rounded(peak_rss_mb(), 1);
     std::cout << j.dump() << std::endl;
 }
@@ -207,7 +214,8 @@ void add_bench_command(CLI::App& app) {
     cmd->add_option("--reps", args->reps, "Timed runs after one warm-up (default 5)")->check(CLI::Range(1, 10000000));
     cmd->add_option("--trace", args->trace, "none, or memory: keep every node's output as a traced run does")
         ->check(CLI::IsMember({"none", "memory"}));
-    cmd->add_flag("--backward", args->backward, "Time forward + backward");
+    cmd->add_flag("--backward", args->backward,
+                  "Time forward + backward (gradients of X and every weight; gflops counts 3x the forward GEMMs)");
     cmd->add_flag("--default-malloc", args->default_malloc,
                   "Leave glibc's malloc policy as is (by default bench keeps freed memory for the next run)");
     cmd->add_flag("--plain", args->plain, "Run one step per node, without the graph rewrites of engine/optimize.hpp");

@@ -62,13 +62,19 @@ Graph load_with_inputs(const GraphArgs& args) {
         if (graph.find(name) < 0)
             throw GraphError("--input " + name + ": graph '" + graph.name() + "' (" + args.graph +
                              ") has no tensor named '" + name + "'");
-        replacements[name] = load_npy(file, options.max_elements);
+        try {
+            replacements[name] = load_npy(file, options.max_elements);
+        } catch (const IoError& e) {
+            throw IoError("--input " + spec + ": " + e.what());
+        }
     }
     if (!replacements.empty()) {
         try {
             graph = graph.with_tensors(replacements);
-        } catch (const Error& e) {
+        } catch (const ShapeError& e) {
             throw ShapeError(args.graph + " with --input: " + e.what());
+        } catch (const GraphError& e) {
+            throw GraphError(args.graph + " with --input: " + e.what());
         }
     }
     return graph;

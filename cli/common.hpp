@@ -38,6 +38,7 @@ std::vector<std::string> split_globs(const std::vector<std::string>& values);
 // One registration function per subcommand (cli/cmd_<name>.cpp).
 void add_run_command(CLI::App& app);
 void add_check_command(CLI::App& app);
+void add_grad_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
 
 }  // namespace attngraph::cli

@@ -2,9 +2,22 @@
 // cli/cmd_<name>.cpp; errors become one line "error: ..." on stderr and a non-zero exit.
 #include <iostream>
 #include <new>
+#include <string>
 
 #include "cli/common.hpp"
 #include "engine/error.hpp"
+
+// An error is one line whatever it quotes (a node name or path with a newline in it).
+static std::string one_line(const std::string& text) {
+    std::string out;
+    for (char c : text) {
+        if (c == '\n') out += "\\n";
+        else if (c == '\r') out += "\\r";
+        else if (static_cast<unsigned char>(c) < 0x20 && c != '\t') out += '?';
+        else out += c;
+    }
+    return out;
+}
 
 int main(int argc, char** argv) {
     CLI::App app{"attngraph: attention as a compute graph, every intermediate matrix traced"};
@@ -12,6 +25,7 @@ int main(int argc, char** argv) {
     app.set_help_all_flag("--help-all", "Help for every subcommand");
     attngraph::cli::add_run_command(app);
     attngraph::cli::add_check_command(app);
+    attngraph::cli::add_grad_command(app);
     attngraph::cli::add_bench_command(app);
     try {
         app.parse(argc, argv);
@@ -20,16 +34,16 @@ int main(int argc, char** argv) {
     } catch (const CLI::CallForAllHelp& e) {
         return app.exit(e);
     } catch (const CLI::ParseError& e) {
-        std::cerr << "error: " << e.what() << " (see attngraph --help)\n";
+        std::cerr << "error: " << one_line(e.what()) << " (see attngraph --help)\n";
         return 2;
     } catch (const attngraph::Error& e) {
-        std::cerr << "error: " << e.what() << "\n";
+        std::cerr << "error: " << one_line(e.what()) << "\n";
         return 1;
     } catch (const std::bad_alloc&) {
         std::cerr << "error: out of memory\n";
         return 1;
     } catch (const std::exception& e) {
-        std::cerr << "error: internal: " << e.what() << "\n";
+        std::cerr << "error: internal: " << one_line(e.what()) << "\n";
         return 3;
     }
     return 0;

@@ -6,6 +6,7 @@
 // A member with a default initializer is optional in JSON; a member of type
 // Required<T> must be present; a std::optional<T> member may be absent or null.
 #include <algorithm>
+#include <limits>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -44,6 +45,12 @@ struct attr_kind<std::optional<T>> {
     static constexpr bool optional = true;
 };
 
+// declared first: the templates below call each other (a list of optionals, ...)
+template <class T>
+void attr_read(const nlohmann::json& j, std::vector<T>& out);
+inline void attr_read(const nlohmann::json& j, double& out);
+inline void attr_read(const nlohmann::json& j, int& out);
+
 template <class T>
 void attr_read(const nlohmann::json& j, T& out) {
     out = j.get<T>();
@@ -68,7 +75,21 @@ inline void attr_read(const nlohmann::json& j, double& out) {
 }
 inline void attr_read(const nlohmann::json& j, int& out) {
     if (!j.is_number_integer()) throw nlohmann::json::type_error::create(302, "expected an integer", &j);
-    out = j.get<int>();
+    const auto v = j.get<long long>();
+    if (v < std::numeric_limits<int>::min() || v > std::numeric_limits<int>::max())
+        throw nlohmann::json::type_error::create(302, "integer out of range", &j);
+    out = static_cast<int>(v);
+}
+// element by element, so that a list of ints refuses 1.5, true and "1" as a single int does
+template <class T>
+void attr_read(const nlohmann::json& j, std::vector<T>& out) {
+    if (!j.is_array()) throw nlohmann::json::type_error::create(302, "expected a list", &j);
+    out.clear();
+    for (const auto& item : j) {
+        T value{};
+        attr_read(item, value);
+        out.push_back(std::move(value));
+    }
 }
 
 template <class T>

@@ -5,8 +5,11 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <optional>
 #include <thread>
 
+#include <tbb/global_control.h>
+#include <tbb/info.h>
 #include <tbb/task_arena.h>
 #include <tbb/task_group.h>
 
@@ -95,9 +98,13 @@ private:
     }
 
     void run_parallel() {
-        tbb::task_group group;
+        // the ready set is taken before the first spawn: once steps run, a count reaching 0
+        // belongs to the task that brought it there (which spawns that step itself)
+        std::vector<std::size_t> ready;
         for (std::size_t i = 0; i < m_plan.steps.size(); ++i)
-            if (m_pending[i] == 0) group.run([this, i, &group] { execute_and_release(i, group); });
+            if (m_pending[i] == 0) ready.push_back(i);
+        tbb::task_group group;
+        for (std::size_t i : ready) group.run([this, i, &group] { execute_and_release(i, group); });
         group.wait();
     }
 
@@ -179,8 +186,16 @@ private:
 
 struct Executor::Impl {
     int threads;
+    // oneTBB caps its workers at the core count (and warns on stderr when an arena asks for
+    // more): --threads 8 on two cores must still get eight threads, quietly
+    std::optional<tbb::global_control> above_cores;
     tbb::task_arena arena;
-    explicit Impl(int t) : threads(t), arena(t) {}
+    explicit Impl(int t) : threads(t), above_cores(make_control(t)), arena(t) {}
+    static std::optional<tbb::global_control> make_control(int t) {
+        if (t <= tbb::info::default_concurrency()) return std::nullopt;
+        return std::optional<tbb::global_control>(std::in_place, tbb::global_control::max_allowed_parallelism,
+                                                  static_cast<std::size_t>(t));
+    }
 };
 
 static int resolve_threads(int threads) {

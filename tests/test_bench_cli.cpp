@@ -50,6 +50,14 @@ BOOST_AUTO_TEST_CASE(bench_seed_and_trace_memory) {
     BOOST_TEST(j["trace"] == "memory");
 }
 
+BOOST_AUTO_TEST_CASE(bench_backward) {
+    const test::CliResult r = test::run_cli("bench --seq 6 --d-model 8 --heads 2 --backward --reps 2");
+    BOOST_TEST(r.code == 0, r.err);
+    const nlohmann::ordered_json j = one_json_line(r.out);
+    BOOST_TEST(j["backward"] == true);
+    BOOST_TEST(j["gflops"].get<double>() > 0);
+}
+
 BOOST_AUTO_TEST_CASE(bench_gemm_prints_its_line) {
     const test::CliResult r = test::run_cli("bench --gemm 64 --threads 2 --reps 2");
     BOOST_TEST(r.code == 0, r.err);
@@ -69,7 +77,6 @@ BOOST_AUTO_TEST_CASE(bench_errors_are_one_line) {
          {Case{"bench --variant nope --seq 4 --d-model 4 --heads 2", "unknown variant 'nope' (known: mha, seed"},
           Case{"bench --seq 4 --heads 2", "needs --seq, --d-model and --heads"},
           Case{"bench --seq 4 --d-model 6 --heads 4", "not a multiple of heads"},
-          Case{"bench --seq 4 --d-model 4 --heads 2 --backward", "--backward is not available"},
           Case{"bench --seq 4 --d-model 4 --heads 2 --trace disk", "--trace"}}) {
         BOOST_TEST_CONTEXT(c.args) {
             const test::CliResult r = test::run_cli(c.args);

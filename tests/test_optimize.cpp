@@ -268,6 +268,21 @@ BOOST_DATA_TEST_CASE(optimised_is_bytewise_the_same_for_any_thread_count, bdata:
     }
 }
 
+// Steps become ready while the first ready ones are still being spawned: each must run once
+// (a step run twice found its inputs released; this crashed one run in a few hundred).
+BOOST_AUTO_TEST_CASE(repeated_parallel_runs_run_each_step_once) {
+    graphs::MhaConfig c = config(256);
+    c.d_model = 64;
+    c.heads = 4;
+    const Graph g = graphs::build_mha(c);
+    Executor executor(4);
+    const RunResult first = executor.run(g);
+    for (int i = 0; i < 300; ++i) {
+        const RunResult r = executor.run(g);
+        if (!(r.at(g, "Y") == first.at(g, "Y"))) BOOST_FAIL("run " << i << " differs");
+    }
+}
+
 BOOST_AUTO_TEST_CASE(partial_trace_keeps_its_values_and_names) {
     const Graph g = graphs::build_mha(config(130));
     RunOptions all;
