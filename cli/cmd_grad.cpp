@@ -43,8 +43,8 @@ OutputGrads read_output_grads(const Graph& graph, const GradArgs& args) {
             bool is_output = false;
             for (int o : graph.outputs()) is_output = is_output || o == id;
             if (!is_output)
-                throw GraphError("--output-grad " + spec + ": '" + name + "' is not an output of graph '" + graph.name() +
-                                 "' (outputs: " + outputs + ")");
+                throw GraphError("--output-grad " + spec + ": '" + name + "' is not an output of graph '" +
+                                 graph.name() + "' (outputs: " + outputs + ")");
         } else {
             if (graph.outputs().size() != 1)
                 throw GraphError("--output-grad " + spec + ": graph '" + graph.name() + "' has " +
@@ -61,8 +61,8 @@ OutputGrads read_output_grads(const Graph& graph, const GradArgs& args) {
         }
         const Shape& want = graph.value(graph.at(name)).shape;
         if (g.shape() != want)
-            throw ShapeError("--output-grad " + spec + ": gradient of output '" + name + "' is " + shape_str(g.shape()) +
-                             " but the output is " + shape_str(want));
+            throw ShapeError("--output-grad " + spec + ": gradient of output '" + name + "' is " +
+                             shape_str(g.shape()) + " but the output is " + shape_str(want));
         files[name] = file;
         r.tensors[name] = std::move(g);
     }
@@ -82,9 +82,12 @@ void add_grad_command(CLI::App& app) {
     add_graph_args(*cmd, args->graph);
     cmd->add_option("--output-grad", args->output_grads,
                     "G for the output: FILE.npy, or NAME=FILE.npy once per output (default: all ones)");
-    cmd->add_option("--wrt", args->wrt, "Print the gradients of these tensors or nodes (comma-separated; default: every param, or every input without params)");
-    cmd->add_option("--trace", args->trace_dir,
-                    "Write the forward trace and the gradient of every node and tensor (grad/<name>.npy) to this directory");
+    cmd->add_option("--wrt", args->wrt,
+                    "Print the gradients of these tensors or nodes (comma-separated; default: every param, or every "
+                    "input without params)");
+    cmd->add_option(
+        "--trace", args->trace_dir,
+        "Write the forward trace and the gradient of every node and tensor (grad/<name>.npy) to this directory");
     cmd->add_flag("--force", args->force, "Replace an existing non-empty trace directory");
     cmd->callback([args] {
         if (!args->trace_dir.empty()) check_output_dir(args->trace_dir, args->force);

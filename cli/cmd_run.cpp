@@ -60,8 +60,8 @@ void add_run_command(CLI::App& app) {
                     }
                     detail += "; input " + graph.value(id).name + " min " + std::to_string(lo) + " max " + std::to_string(hi);
                 }
-            throw Error(args->graph.graph + ": node '" + result.stopped_at + "' (" + (bad ? bad->op->name : "?") + ") output has " +
-                        result.stop_reason + detail);
+            throw Error(args->graph.graph + ": node '" + result.stopped_at + "' (" + (bad ? bad->op->name : "?") +
+                        ") output has " + result.stop_reason + detail);
         }
         Trace outputs;
         outputs.tokens = graph.tokens();

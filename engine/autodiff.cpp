@@ -40,7 +40,7 @@ Array<T> zeros_like_shape(const Shape& s) {
 }
 
 // What the backward pass of one graph does, decided before any arithmetic.
-struct Plan {
+struct BackwardPlan {
     std::vector<bool> requested;  // value id -> the caller wants its gradient
     std::vector<bool> runs;       // node index -> its backward runs
     // value id -> the (node, input slot) pairs that add into its gradient, in node order
@@ -50,10 +50,10 @@ struct Plan {
     std::size_t work = 0;
 };
 
-Plan make_plan(const Graph& g, const std::vector<bool>& requested) {
+BackwardPlan make_backward_plan(const Graph& g, const std::vector<bool>& requested) {
     const auto& values = g.values();
     const auto& nodes = g.nodes();
-    Plan p;
+    BackwardPlan p;
     p.requested = requested;
     // needs[v]: v is requested or computed from a requested value (its gradient is on a path)
     std::vector<bool> needs = requested;
@@ -100,7 +100,7 @@ Plan make_plan(const Graph& g, const std::vector<bool>& requested) {
 template <class T>
 class BackwardRun {
 public:
-    BackwardRun(const Graph& g, const RunResult& fwd, const Plan& plan, std::map<int, Tensor> seeds)
+    BackwardRun(const Graph& g, const RunResult& fwd, const BackwardPlan& plan, std::map<int, Tensor> seeds)
         : m_graph(g), m_plan(plan) {
         const auto& values = g.values();
         const auto& nodes = g.nodes();
@@ -118,8 +118,10 @@ public:
                 throw GraphError("forward value '" + values[v].name + "' is " + to_string(fwd.values[v]->dtype()) +
                                  " but graph '" + g.name() + "' computes in " + to_string(dtype_of<T>()) +
                                  ": not a run of this graph");
-            if (fwd.values[v]) m_forward[v] = &fwd.values[v]->as<T>();
-            else if (values[v].data) m_forward[v] = &values[v].data->as<T>();
+            if (fwd.values[v])
+                m_forward[v] = &fwd.values[v]->as<T>();
+            else if (values[v].data)
+                m_forward[v] = &values[v].data->as<T>();
         }
         for (auto& [id, g_tensor] : seeds) {
             m_grad[static_cast<std::size_t>(id)] = std::move(g_tensor.template as<T>());
@@ -252,7 +254,7 @@ private:
     }
 
     const Graph& m_graph;
-    const Plan& m_plan;
+    const BackwardPlan& m_plan;
     std::vector<Array<T>> m_grad;                // value id -> dL/dv (empty until needed)
     std::vector<unsigned char> m_has;            // value id -> m_grad holds it (bytes: set concurrently)
     std::vector<std::vector<Array<T>>> m_extra;  // value id -> parts of consumers 1, 2, ...
@@ -315,7 +317,7 @@ Gradients backward(const Graph& graph, const RunResult& forward, const std::map<
             seeds[id] = Tensor(Array<double>(Array<double>::shape_type(s.begin(), s.end()), 1.0));
     }
 
-    const Plan plan = make_plan(graph, requested);
+    const BackwardPlan plan = make_backward_plan(graph, requested);
     const int threads =
         options.threads > 0 ? options.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     const bool parallel = threads > 1 && plan.work > inline_work_limit;

@@ -131,7 +131,8 @@ GradcheckResult gradcheck_op(const std::string& op, const nlohmann::json& attrs_
     }
     Value y = g.node(op, in, attrs, "y");
     const std::size_t outputs = OpRegistry::instance().get(op).infer_shapes(attrs, shapes).size();
-    if (outputs == 1) g.output(y);
+    if (outputs == 1)
+        g.output(y);
     else
         for (std::size_t k = 0; k < outputs; ++k) g.output(y[static_cast<int>(k)]);
     return gradcheck(g.build(), options);

@@ -16,18 +16,18 @@ namespace attngraph {
 
 /// @brief What to check.
 struct GradcheckOptions {
-    std::vector<std::string> wrt;              ///< input/param tensors; empty: all of them
+    std::vector<std::string> wrt;                ///< input/param tensors; empty: all of them
     std::map<std::string, Tensor> output_grads;  ///< G per output; missing: seeded uniform(-1, 1)
-    std::uint64_t seed = 7;                     ///< for the random G
-    double eps = 1e-6;                          ///< finite-difference step
-    int threads = 1;                            ///< for the backward pass
+    std::uint64_t seed = 7;                      ///< for the random G
+    double eps = 1e-6;                           ///< finite-difference step
+    int threads = 1;                             ///< for the backward pass
 };
 
 /// @brief The comparison for one tensor.
 struct GradcheckEntry {
     std::string name;
-    Tensor analytic;        ///< backward()'s gradient (float64)
-    Tensor numeric;         ///< finite differences (float64)
+    Tensor analytic;  ///< backward()'s gradient (float64)
+    Tensor numeric;   ///< finite differences (float64)
     double max_abs_error = 0;
     /// max |analytic - numeric| / max(1, max |analytic|, max |numeric|): relative to the
     /// gradient's scale, absolute for gradients smaller than 1

@@ -49,11 +49,16 @@ int main(int argc, char** argv) {
     double lr = 0;
     bool all = false;
     for (int i = 1; i < argc; ++i) {
-        if (std::strcmp(argv[i], "--steps") == 0 && i + 1 < argc) steps = std::atoi(argv[++i]);
-        else if (std::strcmp(argv[i], "--lr") == 0 && i + 1 < argc) lr = std::atof(argv[++i]);
-        else if (std::strcmp(argv[i], "--threads") == 0 && i + 1 < argc) threads = std::atoi(argv[++i]);
-        else if (std::strcmp(argv[i], "--all") == 0) all = true;
-        else path = argv[i];
+        if (std::strcmp(argv[i], "--steps") == 0 && i + 1 < argc)
+            steps = std::atoi(argv[++i]);
+        else if (std::strcmp(argv[i], "--lr") == 0 && i + 1 < argc)
+            lr = std::atof(argv[++i]);
+        else if (std::strcmp(argv[i], "--threads") == 0 && i + 1 < argc)
+            threads = std::atoi(argv[++i]);
+        else if (std::strcmp(argv[i], "--all") == 0)
+            all = true;
+        else
+            path = argv[i];
     }
     if (lr <= 0) lr = all ? 0.1 : 0.5;
     try {

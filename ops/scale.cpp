@@ -18,7 +18,8 @@ struct Scale {
     using Attrs = ScaleAttrs;
 
     static Shape infer_shape(const Attrs& a, const std::vector<Shape>& in) {
-        if (!std::isfinite(a.factor.value)) throw GraphError("attribute 'factor' must be finite, got " + format_number(a.factor.value));
+        if (!std::isfinite(a.factor.value))
+            throw GraphError("attribute 'factor' must be finite, got " + format_number(a.factor.value));
         return in[0];
     }
 

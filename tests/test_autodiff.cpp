@@ -10,8 +10,8 @@
 #include "engine/builder.hpp"
 #include "engine/error.hpp"
 #include "engine/executor.hpp"
-#include "engine/graph_file.hpp"
 #include "engine/gradcheck.hpp"
+#include "engine/graph_file.hpp"
 #include "graphs/mha.hpp"
 #include "ops/common.hpp"
 #include "ops/ops.hpp"
@@ -52,11 +52,38 @@ BOOST_DATA_TEST_CASE(seed_graph_gradcheck, bdata::make({0, 1}), ones) {
     if (ones) o.output_grads["Y"] = Tensor(Array<double>({3, 4}, 1.0));
     const GradcheckResult r = gradcheck(g, o);
     BOOST_TEST(r.entries.size() == 15u);  // X and the 14 weights
-    for (const auto& name : tensor_names(g)) BOOST_TEST_CONTEXT(name) { BOOST_TEST(r.at(name).rel_error <= 1e-6, r.report()); }
+    for (const auto& name : tensor_names(g)) BOOST_TEST_CONTEXT(name) {
+            BOOST_TEST(r.at(name).rel_error <= 1e-6, r.report());
+        }
+}
+
+BOOST_AUTO_TEST_CASE(every_graph_file_gradchecks) {
+    // every graphs/*.json (attention variants included), with respect to all its tensors
+    std::size_t checked = 0;
+    for (const auto& entry : std::filesystem::directory_iterator(test::source_dir() / "graphs")) {
+        if (entry.path().extension() != ".json") continue;
+        BOOST_TEST_CONTEXT(entry.path().filename().string()) {
+            LoadOptions lo;
+            lo.dtype = DType::f64;
+            const Graph g = load_graph(entry.path(), lo);
+            std::size_t elements = 0;
+            for (const auto& v : g.values())
+                if (v.data) elements += element_count(v.shape);
+            if (elements > 5000) {
+                BOOST_TEST_MESSAGE("skipped (" << elements << " tensor elements)");
+                continue;
+            }
+            const GradcheckResult r = gradcheck(g);
+            BOOST_TEST(r.max_rel_error <= 1e-6, r.report());
+            ++checked;
+        }
+    }
+    BOOST_TEST(checked >= 1u);
 }
 
 BOOST_DATA_TEST_CASE(random_mha_gradcheck,
-                     bdata::make({std::size_t{1}, std::size_t{2}, std::size_t{4}}) ^ bdata::make({std::size_t{4}, std::size_t{5}, std::size_t{3}}) ^
+                     bdata::make({std::size_t{1}, std::size_t{2}, std::size_t{4}}) ^
+                         bdata::make({std::size_t{4}, std::size_t{5}, std::size_t{3}}) ^
                          bdata::make({std::size_t{0}, std::size_t{2}, std::size_t{0}}) ^ bdata::make({11, 12, 13}),
                      heads, seq, batch, seed) {
     graphs::MhaConfig c;
@@ -127,7 +154,7 @@ BOOST_AUTO_TEST_CASE(multi_output_nodes) {
     Value w = g.param("w", graphs::random_tensor({3, 3}, DType::f64, 2));
     Value h = g.node("HalvesTestOp", {linear(x, w)}, HalvesAttrs{}, "h");
     g.output(softmax(matmul(h[0], transpose(h[1]))).as("y"));  // both outputs reach y
-    g.output(scale(h[0], 2.0).as("z"));                         // h:0 feeds two nodes
+    g.output(scale(h[0], 2.0).as("z"));                        // h:0 feeds two nodes
     const GradcheckResult both = gradcheck(g.build());
     BOOST_TEST(both.max_rel_error <= 1e-6, both.report());
 
@@ -170,7 +197,7 @@ BOOST_AUTO_TEST_CASE(node_gradients_by_plain_loops) {
             for (int r = 0; r < 3; ++r) dv += a1.at_flat(r * 3 + i) * do1[r][j];
             BOOST_TEST(std::abs(grads.at("head1.V").at_flat(i * 2 + j) - dv) <= 1e-14);
         }
-    BOOST_TEST((grads.at("Y") == gy));  // dL/dY is G
+    BOOST_TEST((grads.at("Y") == gy));                      // dL/dY is G
     BOOST_TEST(grads.names().size() == g.values().size());  // every tensor and node by default
 }
 
@@ -193,15 +220,17 @@ Gradients big_grads(const Graph& g, int threads) {
 }
 }  // namespace
 
-BOOST_DATA_TEST_CASE(backward_bit_identical_for_any_thread_count, bdata::make({1, 2, 4, 8}) * bdata::make({0, 1}), threads,
-                     f64) {
+BOOST_DATA_TEST_CASE(backward_bit_identical_for_any_thread_count, bdata::make({1, 2, 4, 8}) * bdata::make({0, 1}),
+                     threads, f64) {
     const Graph g = big_mha(f64 ? DType::f64 : DType::f32);
     static std::map<int, Gradients> reference;
     if (!reference.count(f64)) reference.emplace(f64, big_grads(g, 1));
     const Gradients& ref = reference.at(f64);
     const Gradients got = big_grads(g, threads);
     BOOST_TEST(got.names() == ref.names());
-    for (const auto& name : ref.names()) BOOST_TEST_CONTEXT(name) { BOOST_TEST((got.at(name) == ref.at(name))); }
+    for (const auto& name : ref.names()) BOOST_TEST_CONTEXT(name) {
+            BOOST_TEST((got.at(name) == ref.at(name)));
+        }
     // and not trivially: X's gradient (six consumers summed) is far from zero
     double largest = 0;
     for (std::size_t i = 0; i < got.at("X").size(); ++i) largest = std::max(largest, std::abs(got.at("X").at_flat(i)));
@@ -218,7 +247,9 @@ BOOST_AUTO_TEST_CASE(only_branches_leading_to_requested_values_run) {
     const Gradients only = backward(g, fwd, {}, o);
     BOOST_TEST(only.names() == std::vector<std::string>{"head1.Wq"});
     BOOST_CHECK_THROW(only.at("head2.Wq"), GraphError);
-    for (const auto& [node, s] : only.seconds()) BOOST_TEST_CONTEXT(node) { BOOST_TEST(node.rfind("head2.", 0) != 0); }
+    for (const auto& [node, s] : only.seconds()) BOOST_TEST_CONTEXT(node) {
+            BOOST_TEST(node.rfind("head2.", 0) != 0);
+        }
     BOOST_TEST(only.seconds().count("head1.Q") == 1u);
     BOOST_TEST(only.seconds().count("head1.K") == 0u);  // head1.Wq does not reach K
     BOOST_TEST((only.at("head1.Wq") == backward(g, fwd).at("head1.Wq")));
@@ -271,11 +302,13 @@ BOOST_AUTO_TEST_CASE(errors_are_typed_and_name_what_is_wrong) {
         return "(no error)";
     };
     BOOST_CHECK_THROW(backward(g, fwd, {{"Y", zeros(DType::f64, {3, 3})}}), ShapeError);
-    BOOST_TEST(message([&] { backward(g, fwd, {{"Y", zeros(DType::f64, {3, 3})}}); }) ==
-               "output gradient for 'Y' is 3x3 but the output is 3x4");
+    BOOST_TEST(message([&] {
+                   backward(g, fwd, {{"Y", zeros(DType::f64, {3, 3})}});
+               }) == "output gradient for 'Y' is 3x3 but the output is 3x4");
     BOOST_CHECK_THROW(backward(g, fwd, {{"head1.A", zeros(DType::f64, {3, 3})}}), GraphError);
-    BOOST_TEST(message([&] { backward(g, fwd, {{"head1.A", zeros(DType::f64, {3, 3})}}); }).find("not an output") !=
-               std::string::npos);
+    BOOST_TEST(message([&] {
+                   backward(g, fwd, {{"head1.A", zeros(DType::f64, {3, 3})}});
+               }).find("not an output") != std::string::npos);
     BackwardOptions o;
     o.wrt = {"head9.Wq"};
     BOOST_CHECK_THROW(backward(g, fwd, {}, o), GraphError);

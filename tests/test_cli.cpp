@@ -21,7 +21,13 @@ using nlohmann::json;
 
 namespace {
 
-std::string q(const fs::path& p) { return "'" + p.string() + "'"; }
+// built with += : GCC 12 warns (-Wrestrict, a false positive) on "literal" + std::string
+std::string q(const fs::path& p) {
+    std::string quoted = "'";
+    quoted += p.string();
+    quoted += '\'';
+    return quoted;
+}
 
 std::string slurp(const fs::path& p) {
     std::ifstream in(p, std::ios::binary);
@@ -42,9 +48,13 @@ std::set<std::string> seed_names() {
     return names;
 }
 
-json seed_doc() { return json::parse(slurp(seed_graph())); }
+json seed_doc() {
+    return json::parse(slurp(seed_graph()));
+}
 
-void write_text(const fs::path& p, const std::string& text) { std::ofstream(p, std::ios::binary) << text; }
+void write_text(const fs::path& p, const std::string& text) {
+    std::ofstream(p, std::ios::binary) << text;
+}
 
 // A .npy file written by hand: header dict as given, then `data` bytes.
 void write_raw_npy(const fs::path& p, const std::string& dict, const std::string& data) {
@@ -74,7 +84,8 @@ void expect_failure(const std::string& args, const std::vector<std::string>& par
         BOOST_TEST(r.err.rfind("error: ", 0) == 0u, "stderr: " << r.err);
         BOOST_TEST(std::count(r.err.begin(), r.err.end(), '\n') == 1, "stderr is not one line: " << r.err);
         BOOST_TEST((r.err.empty() || r.err.back() == '\n'));
-        for (const auto& p : parts) BOOST_TEST(r.err.find(p) != std::string::npos, "'" << p << "' missing in: " << r.err);
+        for (const auto& p : parts)
+            BOOST_TEST(r.err.find(p) != std::string::npos, "'" << p << "' missing in: " << r.err);
         BOOST_TEST((listing(dir) == before), "the failed run left files in " << dir);
         BOOST_TEST(r.out.find("trace written") == std::string::npos);
     }
@@ -105,8 +116,8 @@ BOOST_AUTO_TEST_CASE(trace_npy_holds_the_seed) {
         BOOST_TEST_CONTEXT("dtype " << (dtype.empty() ? "of the file" : dtype)) {
             TempDir tmp;
             const fs::path dir = tmp.path / "t";
-            const CliResult r = run_cli("run " + q(seed_graph()) + " --trace " + q(dir) +
-                                        (dtype.empty() ? "" : " --dtype " + dtype));
+            const CliResult r =
+                run_cli("run " + q(seed_graph()) + " --trace " + q(dir) + (dtype.empty() ? "" : " --dtype " + dtype));
             BOOST_TEST_REQUIRE(r.code == 0, r.err);
             BOOST_TEST(r.err.empty(), r.err);
             // stdout shows Y with token labels
@@ -161,12 +172,14 @@ BOOST_AUTO_TEST_CASE(npy_files_are_readable_by_numpy) {
     TempDir tmp;
     const fs::path dir = tmp.path / "t";
     for (const std::string dtype : {"f32", "f64"}) {
-        BOOST_TEST_REQUIRE(run_cli("run " + q(seed_graph()) + " --force --dtype " + dtype + " --trace " + q(dir)).code == 0);
+        BOOST_TEST_REQUIRE(
+            run_cli("run " + q(seed_graph()) + " --force --dtype " + dtype + " --trace " + q(dir)).code == 0);
         for (const std::string name : {"X", "head1.A", "head2.KT", "O_concat", "Y", "head2.bk"}) {
             const fs::path out = tmp.path / "numpy.out";
             const std::string cmd =
-                py + " -c 'import sys, numpy as np; a = np.load(sys.argv[1]); "
-                     "print(a.dtype, a.shape, a.flags.c_contiguous, \" \".join(\"%.9f\" % v for v in a.ravel()))' " +
+                py +
+                " -c 'import sys, numpy as np; a = np.load(sys.argv[1]); "
+                "print(a.dtype, a.shape, a.flags.c_contiguous, \" \".join(\"%.9f\" % v for v in a.ravel()))' " +
                 q(dir / (name + ".npy")) + " >" + q(out);
             BOOST_TEST_CONTEXT(dtype << " " << name) {
                 BOOST_TEST_REQUIRE(std::system(cmd.c_str()) == 0);
@@ -304,7 +317,8 @@ BOOST_AUTO_TEST_CASE(only_globs) {
     BOOST_TEST(json::parse(slurp(dir / "manifest.json"))["entries"].size() == 15u);
     // repeated --only, character classes, text format
     const fs::path dir2 = tmp.path / "t2";
-    const CliResult r = run_cli("run " + q(seed_graph()) + " --only 'head[2].A' --only X --format text --trace " + q(dir2));
+    const CliResult r =
+        run_cli("run " + q(seed_graph()) + " --only 'head[2].A' --only X --format text --trace " + q(dir2));
     BOOST_TEST_REQUIRE(r.code == 0, r.err);
     const std::string text = slurp(dir2 / "trace.txt");
     BOOST_TEST(text.find("\nhead2.A (3x3)") != std::string::npos);
@@ -443,7 +457,8 @@ BOOST_AUTO_TEST_CASE(bad_inputs) {
     doc = seed_doc();
     doc["nodes"][4]["inputs"] = {"head1.Q", "head1.K"};
     graph_file(d, "shape.json", doc);
-    expect_failure("run shape.json" + trace, {"shape.json", "head1.S_raw", "MatMul", "head1.Q (3x2)", "head1.K (3x2)"}, d);
+    expect_failure("run shape.json" + trace, {"shape.json", "head1.S_raw", "MatMul", "head1.Q (3x2)", "head1.K (3x2)"},
+                   d);
     expect_failure("check shape.json", {"shape.json", "head1.S_raw", "MatMul"}, d);
     doc = seed_doc();
     doc["nodes"][5]["attrs"]["factr"] = 1;
@@ -452,7 +467,8 @@ BOOST_AUTO_TEST_CASE(bad_inputs) {
     expect_failure("run no_such.json" + trace, {"no_such.json"}, d);
 
     // npy files named by the graph: missing, truncated, int64, header lying
-    write_raw_npy(d / "int64.npy", "{'descr': '<i8', 'fortran_order': False, 'shape': (4, 4), }", std::string(128, '\0'));
+    write_raw_npy(d / "int64.npy", "{'descr': '<i8', 'fortran_order': False, 'shape': (4, 4), }",
+                  std::string(128, '\0'));
     write_raw_npy(d / "lying.npy", "{'descr': '<f8', 'fortran_order': False, 'shape': (4, 4), }",
                   f8_bytes(std::vector<double>(8, 1.0)));
     write_raw_npy(d / "good.npy", "{'descr': '<f8', 'fortran_order': False, 'shape': (4, 4), }",
@@ -460,13 +476,13 @@ BOOST_AUTO_TEST_CASE(bad_inputs) {
     write_text(d / "trunc.npy", slurp(d / "good.npy").substr(0, 100));
     write_text(d / "header_only.npy", slurp(d / "good.npy").substr(0, 30));
     write_text(d / "not.npy", "just text");
-    for (const auto& [file, why] : std::vector<std::pair<std::string, std::string>>{
-             {"missing.npy", "missing.npy"},
-             {"trunc.npy", "trunc.npy"},
-             {"header_only.npy", "header_only.npy"},
-             {"int64.npy", "<i8"},
-             {"lying.npy", "4x4"},
-             {"not.npy", "not.npy"}}) {
+    for (const auto& [file, why] :
+         std::vector<std::pair<std::string, std::string>>{{"missing.npy", "missing.npy"},
+                                                          {"trunc.npy", "trunc.npy"},
+                                                          {"header_only.npy", "header_only.npy"},
+                                                          {"int64.npy", "<i8"},
+                                                          {"lying.npy", "4x4"},
+                                                          {"not.npy", "not.npy"}}) {
         doc = seed_doc();
         doc["tensors"]["Wo"] = {{"kind", "param"}, {"npy", file}};
         graph_file(d, "npy_" + file + ".json", doc);
@@ -486,8 +502,8 @@ BOOST_AUTO_TEST_CASE(bad_inputs) {
     expect_failure("run " + seed + " --input head1.A=good.npy" + trace, {"head1.A", "node"}, d);
     write_raw_npy(d / "x53.npy", "{'descr': '<f8', 'fortran_order': False, 'shape': (5, 3), }",
                   f8_bytes(std::vector<double>(15, 0.5)));
-    expect_failure("run " + seed + " --input X=x53.npy" + trace, {"node 'head1.Q' (Linear)", "X (5x3)", "head1.Wq (4x2)"},
-                   d);
+    expect_failure("run " + seed + " --input X=x53.npy" + trace,
+                   {"node 'head1.Q' (Linear)", "X (5x3)", "head1.Wq (4x2)"}, d);
     expect_failure("check " + seed + " --input X=x53.npy", {"node 'head1.Q' (Linear)", "X (5x3)"}, d);
 
     // a non-empty trace directory without --force
@@ -506,8 +522,8 @@ BOOST_AUTO_TEST_CASE(bad_inputs) {
     for (const std::string opt : {"--threads -1", "--threads abc", "--threads 1.5", "--format xml", "--dtype f16",
                                   "--format", "--bogus", "--max-memory 12Q"})
         expect_failure("run " + seed + " " + opt + trace, {}, d);
-    expect_failure("", {}, d);                  // no subcommand
-    expect_failure("frobnicate", {}, d);        // unknown subcommand
+    expect_failure("", {}, d);                    // no subcommand
+    expect_failure("frobnicate", {}, d);          // unknown subcommand
     expect_failure("run" + trace, {"graph"}, d);  // no graph
     expect_failure("check " + seed + " --trace t", {}, d);
 
@@ -521,8 +537,8 @@ BOOST_AUTO_TEST_CASE(bad_inputs) {
     doc = seed_doc();
     doc["nodes"][5]["attrs"]["factor"] = 1e300;
     graph_file(d, "overflow.json", doc);
-    expect_failure("run overflow.json --dtype f32 --check-finite", {"overflow.json", "node 'head1.S' (Scale)", "non-finite"},
-                   d);
+    expect_failure("run overflow.json --dtype f32 --check-finite",
+                   {"overflow.json", "node 'head1.S' (Scale)", "non-finite"}, d);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -18,7 +18,13 @@ namespace bdata = boost::unit_test::data;
 
 namespace {
 
-std::string q(const fs::path& p) { return "'" + p.string() + "'"; }
+// built with += : GCC 12 warns (-Wrestrict, a false positive) on "literal" + std::string
+std::string q(const fs::path& p) {
+    std::string quoted = "'";
+    quoted += p.string();
+    quoted += '\'';
+    return quoted;
+}
 
 nlohmann::json read_json(const fs::path& p) {
     std::ifstream in(p);
@@ -33,7 +39,7 @@ bool one_line_error(const test::CliResult& r) {
 bool nothing_left(const fs::path& dir) {
     if (fs::exists(dir)) return false;
     for (const auto& e : fs::directory_iterator(dir.parent_path()))
-        if (e.path().filename().string().rfind("." + dir.filename().string(), 0) == 0) return false;
+        if (e.path().filename().string().rfind(std::string(".") += dir.filename().string(), 0) == 0) return false;
     return true;
 }
 
@@ -80,7 +86,8 @@ BOOST_AUTO_TEST_CASE(output_grad_from_file_and_wrt) {
     test::TempDir tmp;
     Array<float> two({3, 4}, 2.0f);
     save_npy(tmp.path / "g.npy", Tensor(two));
-    const auto named = test::run_cli("grad " + q(test::seed_graph()) + " --output-grad Y=g.npy --wrt X --trace a", tmp.path);
+    const auto named =
+        test::run_cli("grad " + q(test::seed_graph()) + " --output-grad Y=g.npy --wrt X --trace a", tmp.path);
     const auto plain = test::run_cli("grad " + q(test::seed_graph()) + " --output-grad g.npy --wrt X", tmp.path);
     const auto ones = test::run_cli("grad " + q(test::seed_graph()) + " --trace b", tmp.path);
     BOOST_TEST_REQUIRE(named.code == 0, named.err);
@@ -106,10 +113,10 @@ BOOST_DATA_TEST_CASE(gradient_files_identical_at_any_thread_count, bdata::make({
     std::ofstream(tmp.path / "mha.json") << graph_to_json(g, tmp.path / "w", tmp.path).dump();
     std::map<int, std::string> bytes;
     for (int threads : {1, 2, 4, 8}) {
-        const std::string dir = "t" + std::to_string(threads);
-        const auto r = test::run_cli("grad mha.json --dtype " + std::string(dtype) + " --threads " +
-                                         std::to_string(threads) + " --trace " + dir,
-                                     tmp.path);
+        const std::string dir = std::string("t") += std::to_string(threads);
+        const auto r = test::run_cli(
+            "grad mha.json --dtype " + std::string(dtype) + " --threads " + std::to_string(threads) + " --trace " + dir,
+            tmp.path);
         BOOST_TEST_REQUIRE(r.code == 0, r.err);
         for (const auto& v : g.values()) bytes[threads] += slurp(tmp.path / dir / "grad" / (v.name + ".npy"));
     }

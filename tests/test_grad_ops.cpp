@@ -21,7 +21,9 @@ namespace {
 
 constexpr double tolerance = 1e-6;
 
-Tensor rand(const Shape& s, std::uint64_t seed) { return graphs::random_tensor(s, DType::f64, seed); }
+Tensor rand(const Shape& s, std::uint64_t seed) {
+    return graphs::random_tensor(s, DType::f64, seed);
+}
 
 std::size_t dim(std::mt19937& rng, std::size_t lo = 1, std::size_t hi = 5) {
     return std::uniform_int_distribution<std::size_t>(lo, hi)(rng);
@@ -37,7 +39,8 @@ void check(const std::string& op, const json& attrs, const std::vector<Tensor>& 
         // the check is not vacuous: some gradient is far from zero
         double largest = 0;
         for (const auto& e : r.entries)
-            for (std::size_t i = 0; i < e.numeric.size(); ++i) largest = std::max(largest, std::abs(e.numeric.at_flat(i)));
+            for (std::size_t i = 0; i < e.numeric.size(); ++i)
+                largest = std::max(largest, std::abs(e.numeric.at_flat(i)));
         BOOST_TEST(largest > 1e-3);
     }
 }
@@ -52,7 +55,7 @@ Tensor vec(std::initializer_list<double> v, Shape shape) {
 
 // ---- gradcheck on random shapes ----------------------------------------------------------
 
-BOOST_DATA_TEST_CASE(linear_random_shapes, bdata::xrange(1, 6), seed) {
+BOOST_DATA_TEST_CASE(linear_random_shapes, bdata::make({1, 2, 3, 4, 5}), seed) {
     std::mt19937 rng(static_cast<unsigned>(seed));
     const std::size_t m = dim(rng), k = dim(rng), n = dim(rng), b0 = dim(rng, 1, 3);
     check("Linear", nullptr, {rand({m, k}, seed), rand({k, n}, seed + 100), rand({n}, seed + 200)});
@@ -60,7 +63,7 @@ BOOST_DATA_TEST_CASE(linear_random_shapes, bdata::xrange(1, 6), seed) {
     check("Linear", nullptr, {rand({b0, m, k}, seed), rand({k, n}, seed + 100)});
 }
 
-BOOST_DATA_TEST_CASE(transpose_random_shapes, bdata::xrange(1, 6), seed) {
+BOOST_DATA_TEST_CASE(transpose_random_shapes, bdata::make({1, 2, 3, 4, 5}), seed) {
     std::mt19937 rng(static_cast<unsigned>(seed));
     const std::size_t a = dim(rng), b = dim(rng), c = dim(rng), d = dim(rng, 1, 3);
     check("Transpose", nullptr, {rand({a, b}, seed)});
@@ -69,7 +72,7 @@ BOOST_DATA_TEST_CASE(transpose_random_shapes, bdata::xrange(1, 6), seed) {
     check("Transpose", {{"perm", {1, 3, 0, -2}}}, {rand({d, a, b, c}, seed)});
 }
 
-BOOST_DATA_TEST_CASE(matmul_random_shapes, bdata::xrange(1, 6), seed) {
+BOOST_DATA_TEST_CASE(matmul_random_shapes, bdata::make({1, 2, 3, 4, 5}), seed) {
     std::mt19937 rng(static_cast<unsigned>(seed));
     const std::size_t m = dim(rng), k = dim(rng), n = dim(rng), b0 = dim(rng, 2, 3), b1 = dim(rng, 2, 3);
     check("MatMul", nullptr, {rand({m, k}, seed), rand({k, n}, seed + 1)});
@@ -81,13 +84,13 @@ BOOST_DATA_TEST_CASE(matmul_random_shapes, bdata::xrange(1, 6), seed) {
     check("MatMul", nullptr, {rand({1, b1, m, k}, seed), rand({b0, 1, k, n}, seed + 1)});
 }
 
-BOOST_DATA_TEST_CASE(scale_random_shapes, bdata::xrange(1, 4), seed) {
+BOOST_DATA_TEST_CASE(scale_random_shapes, bdata::make({1, 2, 3}), seed) {
     std::mt19937 rng(static_cast<unsigned>(seed));
     check("Scale", {{"factor", -0.7 * seed}}, {rand({dim(rng), dim(rng)}, seed)});
     check("Scale", {{"factor", 1.3}}, {rand({dim(rng), dim(rng), dim(rng)}, seed)});
 }
 
-BOOST_DATA_TEST_CASE(softmax_random_shapes, bdata::xrange(1, 6), seed) {
+BOOST_DATA_TEST_CASE(softmax_random_shapes, bdata::make({1, 2, 3, 4, 5}), seed) {
     std::mt19937 rng(static_cast<unsigned>(seed));
     const std::size_t a = dim(rng, 2, 5), b = dim(rng, 2, 5), c = dim(rng, 2, 5);
     check("Softmax", nullptr, {rand({a, b}, seed)});
@@ -96,7 +99,7 @@ BOOST_DATA_TEST_CASE(softmax_random_shapes, bdata::xrange(1, 6), seed) {
     check("Softmax", {{"axis", -1}}, {rand({a, b, c}, seed)});
 }
 
-BOOST_DATA_TEST_CASE(concat_random_shapes, bdata::xrange(1, 6), seed) {
+BOOST_DATA_TEST_CASE(concat_random_shapes, bdata::make({1, 2, 3, 4, 5}), seed) {
     std::mt19937 rng(static_cast<unsigned>(seed));
     const std::size_t a = dim(rng), b = dim(rng), c1 = dim(rng), c2 = dim(rng), c3 = dim(rng);
     check("Concat", nullptr, {rand({a, c1}, seed), rand({a, c2}, seed + 1), rand({a, c3}, seed + 2)});

@@ -90,8 +90,7 @@ void check_same_results(const Graph& a, const Graph& b) {
     RunOptions o;
     o.keep_all = true;
     const RunResult ra = run(a, o), rb = run(b, o);
-    for (const auto& v : a.values())
-        BOOST_TEST((ra.at(a, v.name) == rb.at(b, v.name)), "value " << v.name);
+    for (const auto& v : a.values()) BOOST_TEST((ra.at(a, v.name) == rb.at(b, v.name)), "value " << v.name);
 }
 
 }  // namespace
@@ -126,7 +125,8 @@ BOOST_AUTO_TEST_CASE(missing_required_attribute) {
 BOOST_AUTO_TEST_CASE(wrong_attribute_type) {
     json doc = seed_doc();
     node_of(doc, "head1.A")["attrs"]["axis"] = "last";
-    expect_error<GraphError>([&] { parse(doc); }, {"node 'head1.A' (Softmax)", "attribute 'axis'", "wrong type", "\"last\""});
+    expect_error<GraphError>([&] { parse(doc); },
+                             {"node 'head1.A' (Softmax)", "attribute 'axis'", "wrong type", "\"last\""});
     doc = seed_doc();
     node_of(doc, "head1.A")["attrs"]["axis"] = -1.5;
     expect_error<GraphError>([&] { parse(doc); }, {"node 'head1.A' (Softmax)", "attribute 'axis'"});
@@ -172,15 +172,17 @@ BOOST_AUTO_TEST_CASE(duplicate_names) {
     doc["tensors"]["head1.K"] = {{"kind", "param"}, {"data", {{1.0, 2.0}}}};
     expect_error<GraphError>([&] { parse(doc); }, {"bad.json", "duplicate name 'head1.K'", "tensor and a node"});
     // the same key twice in one node object
-    text = R"({"tensors": {"X": {"data": [1, 2]}}, "nodes": [{"name": "a", "op": "Softmax", "op": "Scale", "inputs": ["X"]}]})";
-    expect_error<GraphError>([&] { parse_graph(text, ".", "dup2.json"); }, {"dup2.json", "duplicate key 'op'", "\"nodes\""});
+    text =
+        R"({"tensors": {"X": {"data": [1, 2]}}, "nodes": [{"name": "a", "op": "Softmax", "op": "Scale", "inputs": ["X"]}]})";
+    expect_error<GraphError>([&] { parse_graph(text, ".", "dup2.json"); },
+                             {"dup2.json", "duplicate key 'op'", "\"nodes\""});
 }
 
 BOOST_AUTO_TEST_CASE(cycles) {
     json doc = seed_doc();
     node_of(doc, "head1.KT")["inputs"] = {"head1.O"};  // KT -> S_raw -> S -> A -> O -> KT
-    expect_error<GraphError>([&] { parse(doc); },
-                             {"bad.json", "cycle", "head1.KT (Transpose)", "head1.S_raw (MatMul)", "head1.S (Scale)", "head1.A (Softmax)", "head1.O (MatMul)"});
+    expect_error<GraphError>([&] { parse(doc); }, {"bad.json", "cycle", "head1.KT (Transpose)", "head1.S_raw (MatMul)",
+                                                   "head1.S (Scale)", "head1.A (Softmax)", "head1.O (MatMul)"});
     doc = seed_doc();
     node_of(doc, "head2.S")["inputs"] = {"head2.S"};
     expect_error<GraphError>([&] { parse(doc); }, {"bad.json", "cycle", "head2.S (Scale) -> head2.S (Scale)"});
@@ -218,7 +220,8 @@ BOOST_AUTO_TEST_CASE(shape_mismatch) {
 }
 
 BOOST_AUTO_TEST_CASE(file_level_errors) {
-    expect_error<GraphError>([&] { parse_graph("{\"tensors\": {", ".", "trunc.json"); }, {"trunc.json", "malformed JSON"});
+    expect_error<GraphError>([&] { parse_graph("{\"tensors\": {", ".", "trunc.json"); },
+                             {"trunc.json", "malformed JSON"});
     expect_error<GraphError>([&] { parse_graph("[1, 2]", ".", "list.json"); }, {"list.json", "JSON object"});
     json doc = seed_doc();
     doc["nodez"] = json::array();
@@ -271,16 +274,25 @@ BOOST_AUTO_TEST_CASE(eager_interface) {
     Value x = g.input("X", Tensor(literal<float>({3, 4}, std::vector<double>(12, 1.0))));
     Value w = g.param("W", Tensor(literal<float>({4, 2}, std::vector<double>(8, 1.0))));
     // unknown op
-    expect_error<GraphError>([&] { g.node("Scal", {x}, op_attrs("Scale", {{"factor", 1}}), "s"); },
-                             {"node 's'", "unknown op 'Scal'"});
+    expect_error<GraphError>(
+        [&] {
+            g.node("Scal", {x}, op_attrs("Scale", {{"factor", 1}}), "s");
+        },
+        {"node 's'", "unknown op 'Scal'"});
     // attributes: unknown, missing, wrong type (the parser every op shares), and a struct of another op
     const OpDef& scale_def = OpRegistry::instance().get("Scale");
-    expect_error<GraphError>([&] { scale_def.parse_attrs({{"factor", 1}, {"facter", 1}}, "node 's' (Scale)"); },
-                             {"node 's' (Scale)", "unknown attribute 'facter'"});
+    expect_error<GraphError>(
+        [&] {
+            scale_def.parse_attrs({{"factor", 1}, {"facter", 1}}, "node 's' (Scale)");
+        },
+        {"node 's' (Scale)", "unknown attribute 'facter'"});
     expect_error<GraphError>([&] { scale_def.parse_attrs(json::object(), "node 's' (Scale)"); },
                              {"node 's' (Scale)", "missing required attribute 'factor'"});
-    expect_error<GraphError>([&] { scale_def.parse_attrs({{"factor", "x"}}, "node 's' (Scale)"); },
-                             {"node 's' (Scale)", "attribute 'factor' has the wrong type"});
+    expect_error<GraphError>(
+        [&] {
+            scale_def.parse_attrs({{"factor", "x"}}, "node 's' (Scale)");
+        },
+        {"node 's' (Scale)", "attribute 'factor' has the wrong type"});
     expect_error<GraphError>([&] { g.node("Scale", {x}, op_attrs("Softmax"), "s"); },
                              {"node 's' (Scale)", "attributes of the wrong type"});
     // duplicate names: tensor/tensor, node/node, tensor/node
@@ -289,19 +301,26 @@ BOOST_AUTO_TEST_CASE(eager_interface) {
     expect_error<GraphError>([&] { softmax(x).as("a"); }, {"duplicate name 'a'"});
     expect_error<GraphError>([&] { softmax(x).as("W"); }, {"duplicate name 'W'"});
     expect_error<GraphError>([&] { g.input("a", Tensor(literal<float>({1}, {1}))); }, {"duplicate name 'a'"});
-    expect_error<GraphError>([&] { g.input("bad name", Tensor(literal<float>({1}, {1}))); }, {"invalid name 'bad name'"});
+    expect_error<GraphError>([&] { g.input("bad name", Tensor(literal<float>({1}, {1}))); },
+                             {"invalid name 'bad name'"});
     // a node that already has consumers keeps its name
     Value b = scale(a, 2);
     expect_error<GraphError>([&] { a.as("renamed"); }, {"'a'", "consumers"});
     // arity
-    expect_error<GraphError>([&] { g.node("Scale", {x, x}, op_attrs("Scale", {{"factor", 1}}), "s2"); },
-                             {"node 's2' (Scale)", "takes 1 inputs, got 2"});
+    expect_error<GraphError>(
+        [&] {
+            g.node("Scale", {x, x}, op_attrs("Scale", {{"factor", 1}}), "s2");
+        },
+        {"node 's2' (Scale)", "takes 1 inputs, got 2"});
     expect_error<GraphError>([&] { g.node("Linear", {x}, op_attrs("Linear"), "l"); },
                              {"node 'l' (Linear)", "takes 2 to 3 inputs, got 1"});
     // shape mismatch at once, naming the node, the op and both operands
     expect_error<ShapeError>([&] { matmul(x, x).as("never"); }, {"(MatMul)", "X (3x4)", "inner dimensions"});
-    expect_error<ShapeError>([&] { g.node("MatMul", {x, b}, op_attrs("MatMul"), "mm"); },
-                             {"node 'mm' (MatMul)", "X (3x4)", "(3x4)"});
+    expect_error<ShapeError>(
+        [&] {
+            g.node("MatMul", {x, b}, op_attrs("MatMul"), "mm");
+        },
+        {"node 'mm' (MatMul)", "X (3x4)", "(3x4)"});
     expect_error<ShapeError>([&] { linear(w, x); }, {"(Linear)", "W (4x2)", "X (3x4)"});
     // a value of another builder
     GraphBuilder other("other");
@@ -391,8 +410,10 @@ BOOST_AUTO_TEST_CASE(node_order_in_the_file_does_not_matter) {
     for (int trial = 0; trial < 6; ++trial) {
         json shuffled = doc;
         auto& nodes = shuffled["nodes"];
-        if (trial == 0) std::reverse(nodes.begin(), nodes.end());
-        else std::shuffle(nodes.begin(), nodes.end(), rng);
+        if (trial == 0)
+            std::reverse(nodes.begin(), nodes.end());
+        else
+            std::shuffle(nodes.begin(), nodes.end(), rng);
         BOOST_TEST_CONTEXT("order " << trial << ", first node " << nodes[0]["name"]) {
             const Graph g = parse(shuffled);
             check_topological(g);
@@ -498,15 +519,45 @@ BOOST_AUTO_TEST_CASE(with_tensors_another_sequence_length) {
     const Graph same = seed.with_tensors({{"X", *seed.value(seed.at("X")).data}});
     check_same_results(same, seed);
 
-    expect_error<ShapeError>([&] { seed.with_tensors({{"X", Tensor(literal<float>({5, 3}, std::vector<double>(15)))}}); },
-                             {"node 'head1.Q' (Linear)", "X (5x3)", "head1.Wq (4x2)"});
     expect_error<ShapeError>(
-        [&] { seed.with_tensors({{"head1.bq", Tensor(literal<float>({1, 3}, std::vector<double>(3)))}}); },
+        [&] {
+            seed.with_tensors({{"X", Tensor(literal<float>({5, 3}, std::vector<double>(15)))}});
+        },
+        {"node 'head1.Q' (Linear)", "X (5x3)", "head1.Wq (4x2)"});
+    expect_error<ShapeError>(
+        [&] {
+            seed.with_tensors({{"head1.bq", Tensor(literal<float>({1, 3}, std::vector<double>(3)))}});
+        },
         {"node 'head1.Q' (Linear)", "head1.bq (1x3)"});
-    expect_error<GraphError>([&] { seed.with_tensors({{"head1.A", Tensor(literal<float>({3, 3}, std::vector<double>(9)))}}); },
-                             {"'head1.A'", "node"});
-    expect_error<GraphError>([&] { seed.with_tensors({{"Q", Tensor(literal<float>({3, 3}, std::vector<double>(9)))}}); },
-                             {"'Q'", "seed_mha"});
+    expect_error<GraphError>(
+        [&] {
+            seed.with_tensors({{"head1.A", Tensor(literal<float>({3, 3}, std::vector<double>(9)))}});
+        },
+        {"'head1.A'", "node"});
+    expect_error<GraphError>(
+        [&] {
+            seed.with_tensors({{"Q", Tensor(literal<float>({3, 3}, std::vector<double>(9)))}});
+        },
+        {"'Q'", "seed_mha"});
+}
+
+BOOST_AUTO_TEST_CASE(with_dtype_converts_every_tensor) {
+    const Graph seed = load_graph(seed_graph());
+    const Graph g64 = seed.with_dtype(DType::f64);
+    BOOST_TEST((g64.dtype() == DType::f64));
+    BOOST_TEST((seed.dtype() == DType::f32));
+    for (const auto& v : g64.values())
+        if (v.data) {
+            BOOST_TEST((v.data->dtype() == DType::f64), v.name);
+            BOOST_TEST(max_abs_diff(*v.data, *seed.value(seed.at(v.name)).data) == 0.0, v.name);
+        }
+    RunOptions o;
+    o.keep_all = true;
+    const RunResult r = run(g64, o);
+    for (const auto& [name, rows] : seed_values().items())
+        BOOST_TEST(max_abs_diff(r.at(g64, name), rows) <= 2e-6, name);
+    BOOST_TEST((r.at(g64, "Y").dtype() == DType::f64));
+    check_same_results(g64.with_dtype(DType::f32), seed);
 }
 
 BOOST_AUTO_TEST_CASE(outputs_default_to_the_unread_node_outputs) {
@@ -535,7 +586,8 @@ struct Split2 {
     static constexpr int min_inputs = 1, max_inputs = 1;
     using Attrs = SplitAttrs;
     static std::vector<Shape> infer_shape(const Attrs&, const std::vector<Shape>& in) {
-        if (in[0].empty() || in[0].back() % 2) throw ShapeError("last axis must be even, got (" + shape_str(in[0]) + ")");
+        if (in[0].empty() || in[0].back() % 2)
+            throw ShapeError("last axis must be even, got (" + shape_str(in[0]) + ")");
         Shape h = in[0];
         h.back() /= 2;
         return {h, h};
@@ -606,7 +658,8 @@ BOOST_AUTO_TEST_CASE(names_from_json) {
     expect_error<GraphError>([&] { parse_graph(doc.dump(), ".", "split.json"); }, {"output 'sp'", "'sp:k'"});
     doc = json::parse(text);
     doc["tensors"]["X"]["data"] = {{1, 2, 3}};
-    expect_error<ShapeError>([&] { parse_graph(doc.dump(), ".", "split.json"); }, {"node 'sp' (TestSplit2)", "X (1x3)"});
+    expect_error<ShapeError>([&] { parse_graph(doc.dump(), ".", "split.json"); },
+                             {"node 'sp' (TestSplit2)", "X (1x3)"});
 }
 
 BOOST_AUTO_TEST_CASE(names_from_cpp) {

@@ -23,11 +23,11 @@ BOOST_AUTO_TEST_CASE(shape_rule) {
     std::vector<Shape> many(10, Shape{1, 2});
     BOOST_TEST((infer("Concat", {{"axis", 0}}, many).at(0) == Shape{10, 2}));
 
-    BOOST_CHECK_THROW(infer("Concat", nullptr, {{2, 3}, {3, 3}}), ShapeError);            // differ off the axis
-    BOOST_CHECK_THROW(infer("Concat", nullptr, {{2, 3}, {2, 3, 1}}), ShapeError);         // ranks differ
+    BOOST_CHECK_THROW(infer("Concat", nullptr, {{2, 3}, {3, 3}}), ShapeError);     // differ off the axis
+    BOOST_CHECK_THROW(infer("Concat", nullptr, {{2, 3}, {2, 3, 1}}), ShapeError);  // ranks differ
     BOOST_CHECK_THROW(infer("Concat", {{"axis", 1}}, {{2, 1, 4}, {2, 2, 5}}), ShapeError);
-    BOOST_CHECK_THROW(infer("Concat", {{"axis", 2}}, {{2, 3}, {2, 3}}), ShapeError);      // axis out of range
-    BOOST_CHECK_THROW(infer("Concat", nullptr, {{}, {}}), ShapeError);                    // scalars
+    BOOST_CHECK_THROW(infer("Concat", {{"axis", 2}}, {{2, 3}, {2, 3}}), ShapeError);  // axis out of range
+    BOOST_CHECK_THROW(infer("Concat", nullptr, {{}, {}}), ShapeError);                // scalars
     try {
         infer("Concat", nullptr, {{2, 3}, {2, 3}, {4, 3}});
         BOOST_FAIL("no ShapeError");
@@ -63,8 +63,9 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(forward_by_hand, T, Types) {
                             literal<T>({2, 1, 2}, {13, 14, 15, 16})}),
                 {2, 4, 2}, {1, 2, 5, 6, 7, 8, 13, 14, 3, 4, 9, 10, 11, 12, 15, 16}, 0);
     // the seed's O_concat: head1.O row [0.5, 0.8] | head2.O row [0.25, 0.75]
-    check_close(forward<T>("Concat", {{"axis", -1}}, {literal<T>({1, 2}, {0.5, 0.8}), literal<T>({1, 2}, {0.25, 0.75})}),
-                {1, 4}, {static_cast<T>(0.5), static_cast<T>(0.8), 0.25, 0.75}, 0);
+    check_close(
+        forward<T>("Concat", {{"axis", -1}}, {literal<T>({1, 2}, {0.5, 0.8}), literal<T>({1, 2}, {0.25, 0.75})}),
+        {1, 4}, {static_cast<T>(0.5), static_cast<T>(0.8), 0.25, 0.75}, 0);
     // an empty input contributes nothing
     check_close(forward<T>("Concat", {{"axis", 0}}, {literal<T>({1, 2}, {1, 2}), Array<T>::from_shape({0, 2})}), {1, 2},
                 {1, 2}, 0);
@@ -97,8 +98,9 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(forward_random_against_loops, T, Types) {
         std::vector<std::size_t> lens;
     };
     const std::vector<Case> cases = {
-        {{3, 0}, -1, {2, 2}},      {{0, 4}, 0, {1, 3, 2}},        {{2, 0, 3}, 1, {1, 2, 3}},
-        {{2, 3, 0}, 2, {4, 1}},    {{0}, 0, {5, 1, 2, 7}},        {{5, 2, 0, 3}, -2, {2, 3, 4}},
+        {{3, 0}, -1, {2, 2}},       {{0, 4}, 0, {1, 3, 2}},
+        {{2, 0, 3}, 1, {1, 2, 3}},  {{2, 3, 0}, 2, {4, 1}},
+        {{0}, 0, {5, 1, 2, 7}},     {{5, 2, 0, 3}, -2, {2, 3, 4}},
         {{300, 0}, -1, {100, 150}}, {{3, 2, 0, 7}, 2, {1, 1, 1, 1, 1}},
     };
     std::uint64_t seed = 900;

@@ -21,13 +21,13 @@ BOOST_AUTO_TEST_CASE(shape_rule) {
     BOOST_TEST((infer("Linear", nullptr, {{2, 5, 3, 4}, {4, 1}, {1, 1}}).at(0) == Shape{2, 5, 3, 1}));
     BOOST_TEST((infer("Linear", nullptr, {{4}, {4, 6}}).at(0) == Shape{6}));
 
-    BOOST_CHECK_THROW(infer("Linear", nullptr, {{3, 4}, {5, 2}}), ShapeError);        // in differs
-    BOOST_CHECK_THROW(infer("Linear", nullptr, {{3, 4}, {4}}), ShapeError);           // W 1-D
-    BOOST_CHECK_THROW(infer("Linear", nullptr, {{3, 4}, {1, 4, 2}}), ShapeError);     // W 3-D
-    BOOST_CHECK_THROW(infer("Linear", nullptr, {{}, {4, 2}}), ShapeError);            // x scalar
-    BOOST_CHECK_THROW(infer("Linear", nullptr, {{3, 4}, {4, 2}, {3}}), ShapeError);   // b wrong length
-    BOOST_CHECK_THROW(infer("Linear", nullptr, {{3, 4}, {4, 2}, {2, 1}}), ShapeError); // b a column
-    BOOST_CHECK_THROW(infer("Linear", nullptr, {{3, 4}, {4, 2}, {3, 2}}), ShapeError); // b per row
+    BOOST_CHECK_THROW(infer("Linear", nullptr, {{3, 4}, {5, 2}}), ShapeError);          // in differs
+    BOOST_CHECK_THROW(infer("Linear", nullptr, {{3, 4}, {4}}), ShapeError);             // W 1-D
+    BOOST_CHECK_THROW(infer("Linear", nullptr, {{3, 4}, {1, 4, 2}}), ShapeError);       // W 3-D
+    BOOST_CHECK_THROW(infer("Linear", nullptr, {{}, {4, 2}}), ShapeError);              // x scalar
+    BOOST_CHECK_THROW(infer("Linear", nullptr, {{3, 4}, {4, 2}, {3}}), ShapeError);     // b wrong length
+    BOOST_CHECK_THROW(infer("Linear", nullptr, {{3, 4}, {4, 2}, {2, 1}}), ShapeError);  // b a column
+    BOOST_CHECK_THROW(infer("Linear", nullptr, {{3, 4}, {4, 2}, {3, 2}}), ShapeError);  // b per row
     BOOST_CHECK_THROW(infer("Linear", nullptr, {{3, 4}, {4, 2}, {1, 1, 2}}), ShapeError);
 
     // the message names both shapes
@@ -99,8 +99,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(forward_random_against_loops, T, Types) {
         int bias;  // 0 none, 1 (out), 2 (1, out)
     };
     const std::vector<Case> cases = {
-        {{3, 4}, 2, 2},     {{1, 1}, 1, 0},       {{7, 5}, 3, 1},       {{2, 3, 8}, 6, 1},
-        {{4, 2, 3, 5}, 9, 2}, {{300, 33}, 17, 1},  {{5, 61, 16}, 40, 2}, {{6}, 4, 1},
+        {{3, 4}, 2, 2},       {{1, 1}, 1, 0},     {{7, 5}, 3, 1},       {{2, 3, 8}, 6, 1},
+        {{4, 2, 3, 5}, 9, 2}, {{300, 33}, 17, 1}, {{5, 61, 16}, 40, 2}, {{6}, 4, 1},
     };
     std::uint64_t seed = 10;
     for (const auto& c : cases) {

@@ -22,8 +22,8 @@ BOOST_AUTO_TEST_CASE(shape_rule) {
     BOOST_TEST((infer("MatMul", nullptr, {{1, 6, 3, 2}, {7, 1, 2, 5}}).at(0) == Shape{7, 6, 3, 5}));
     BOOST_TEST((infer("MatMul", nullptr, {{3, 0}, {0, 4}}).at(0) == Shape{3, 4}));  // k = 0
 
-    BOOST_CHECK_THROW(infer("MatMul", nullptr, {{3, 2}, {3, 4}}), ShapeError);        // inner differs
-    BOOST_CHECK_THROW(infer("MatMul", nullptr, {{3}, {3, 4}}), ShapeError);           // 1-D
+    BOOST_CHECK_THROW(infer("MatMul", nullptr, {{3, 2}, {3, 4}}), ShapeError);  // inner differs
+    BOOST_CHECK_THROW(infer("MatMul", nullptr, {{3}, {3, 4}}), ShapeError);     // 1-D
     BOOST_CHECK_THROW(infer("MatMul", nullptr, {{3, 4}, {4}}), ShapeError);
     BOOST_CHECK_THROW(infer("MatMul", nullptr, {{}, {}}), ShapeError);
     BOOST_CHECK_THROW(infer("MatMul", nullptr, {{2, 3, 2}, {3, 2, 4}}), ShapeError);  // batch 2 vs 3
@@ -50,15 +50,14 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(forward_by_hand, T, Types) {
     check_close(forward<T>("MatMul", nullptr, {literal<T>({2, 2}, {1, 2, 3, 4}), literal<T>({2, 2}, {5, 6, 7, 8})}),
                 {2, 2}, {19, 22, 43, 50}, 0);
     // (1,3)·(3,2): [1,-1,2]·[[1,2],[3,4],[5,6]] = [1-3+10, 2-4+12] = [8, 10]
-    check_close(
-        forward<T>("MatMul", nullptr, {literal<T>({1, 3}, {1, -1, 2}), literal<T>({3, 2}, {1, 2, 3, 4, 5, 6})}),
-        {1, 2}, {8, 10}, 0);
+    check_close(forward<T>("MatMul", nullptr, {literal<T>({1, 3}, {1, -1, 2}), literal<T>({3, 2}, {1, 2, 3, 4, 5, 6})}),
+                {1, 2}, {8, 10}, 0);
     // a (1,2,2) = [[1,0],[0,2]] broadcast against three b's (3,2,2):
     //   [[1,1],[1,1]] -> [[1,1],[2,2]];  [[2,0],[0,2]] -> [[2,0],[0,4]];  [[0,1],[1,0]] -> [[0,1],[2,0]]
-    check_close(forward<T>("MatMul", nullptr,
-                           {literal<T>({1, 2, 2}, {1, 0, 0, 2}),
-                            literal<T>({3, 2, 2}, {1, 1, 1, 1, 2, 0, 0, 2, 0, 1, 1, 0})}),
-                {3, 2, 2}, {1, 1, 2, 2, 2, 0, 0, 4, 0, 1, 2, 0}, 0);
+    check_close(
+        forward<T>("MatMul", nullptr,
+                   {literal<T>({1, 2, 2}, {1, 0, 0, 2}), literal<T>({3, 2, 2}, {1, 1, 1, 1, 2, 0, 0, 2, 0, 1, 1, 0})}),
+        {3, 2, 2}, {1, 1, 2, 2, 2, 0, 0, 4, 0, 1, 2, 0}, 0);
     // a (2,1,2) = [[[1,2]], [[3,4]]] times a 2-D b (2,1) = [[1],[1]]: [[[3]], [[7]]]
     check_close(forward<T>("MatMul", nullptr, {literal<T>({2, 1, 2}, {1, 2, 3, 4}), literal<T>({2, 1}, {1, 1})}),
                 {2, 1, 1}, {3, 7}, 0);
@@ -113,7 +112,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(forward_random_against_loops, T, Types) {
     const std::vector<std::pair<Shape, Shape>> cases = {
         {{3, 2}, {2, 4}},
         {{1, 7}, {7, 1}},
-        {{200, 33}, {33, 150}},         // more rows than one GEMM block
+        {{200, 33}, {33, 150}},  // more rows than one GEMM block
         {{5, 3, 2}, {2, 4}},
         {{3, 2}, {5, 2, 4}},
         {{4, 6, 5}, {4, 5, 3}},

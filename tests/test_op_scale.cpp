@@ -25,9 +25,9 @@ BOOST_AUTO_TEST_CASE(shape_rule) {
     BOOST_TEST((infer("Scale", f, {{}}).at(0) == Shape{}));
     BOOST_TEST((infer("Scale", {{"factor", 2}}, {{0, 3}}).at(0) == Shape{0, 3}));  // an integer is a number
 
-    BOOST_CHECK_THROW(op_attrs("Scale", nullptr), GraphError);                        // factor is required
+    BOOST_CHECK_THROW(op_attrs("Scale", nullptr), GraphError);  // factor is required
     BOOST_CHECK_THROW(op_attrs("Scale", json::object()), GraphError);
-    BOOST_CHECK_THROW(op_attrs("Scale", {{"factor", "0.5"}}), GraphError);            // a string
+    BOOST_CHECK_THROW(op_attrs("Scale", {{"factor", "0.5"}}), GraphError);  // a string
     BOOST_CHECK_THROW(op_attrs("Scale", {{"factor", true}}), GraphError);
     BOOST_CHECK_THROW(op_attrs("Scale", {{"factor", nullptr}}), GraphError);
     BOOST_CHECK_THROW(op_attrs("Scale", {{"factor", {0.5}}}), GraphError);
@@ -50,7 +50,8 @@ BOOST_AUTO_TEST_CASE(shape_rule) {
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(forward_by_hand, T, Types) {
     // 0.5 · [[2,-4],[1,0]] = [[1,-2],[0.5,0]]
-    check_close(forward<T>("Scale", {{"factor", 0.5}}, {literal<T>({2, 2}, {2, -4, 1, 0})}), {2, 2}, {1, -2, 0.5, 0}, 0);
+    check_close(forward<T>("Scale", {{"factor", 0.5}}, {literal<T>({2, 2}, {2, -4, 1, 0})}), {2, 2}, {1, -2, 0.5, 0},
+                0);
     // -3 · a 3-D tensor
     check_close(forward<T>("Scale", {{"factor", -3}}, {literal<T>({2, 1, 2}, {1, -2, 0.25, 4})}), {2, 1, 2},
                 {-3, 6, -0.75, -12}, 0);

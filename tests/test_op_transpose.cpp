@@ -25,9 +25,9 @@ BOOST_AUTO_TEST_CASE(shape_rule) {
     BOOST_TEST((infer("Transpose", {{"perm", json::array({0})}}, {{7}}).at(0) == Shape{7}));
     BOOST_TEST((infer("Transpose", {{"perm", nullptr}}, {{2, 3}}).at(0) == Shape{3, 2}));  // null: the default
 
-    BOOST_CHECK_THROW(infer("Transpose", nullptr, {{7}}), ShapeError);                  // 1-D, no perm
-    BOOST_CHECK_THROW(infer("Transpose", nullptr, {{}}), ShapeError);                   // scalar
-    BOOST_CHECK_THROW(infer("Transpose", {{"perm", {1, 0}}}, {{2, 3, 4}}), ShapeError);  // wrong length
+    BOOST_CHECK_THROW(infer("Transpose", nullptr, {{7}}), ShapeError);                      // 1-D, no perm
+    BOOST_CHECK_THROW(infer("Transpose", nullptr, {{}}), ShapeError);                       // scalar
+    BOOST_CHECK_THROW(infer("Transpose", {{"perm", {1, 0}}}, {{2, 3, 4}}), ShapeError);     // wrong length
     BOOST_CHECK_THROW(infer("Transpose", {{"perm", {0, 0, 1}}}, {{2, 3, 4}}), ShapeError);  // repeated axis
     BOOST_CHECK_THROW(infer("Transpose", {{"perm", {0, 1, 3}}}, {{2, 3, 4}}), ShapeError);  // out of range
     BOOST_CHECK_THROW(infer("Transpose", {{"perm", {0, -4, 1}}}, {{2, 3, 4}}), ShapeError);
@@ -62,7 +62,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(forward_by_hand, T, Types) {
     check_close(forward<T>("Transpose", {{"perm", {1, 0, 2}}}, {literal<T>({2, 2, 2}, {1, 2, 3, 4, 5, 6, 7, 8})}),
                 {2, 2, 2}, {1, 2, 5, 6, 3, 4, 7, 8}, 0);
     // the identity perm on 1-D
-    check_close(forward<T>("Transpose", {{"perm", json::array({0})}}, {literal<T>({3}, {-1, 0.5, 2})}), {3}, {-1, 0.5, 2}, 0);
+    check_close(forward<T>("Transpose", {{"perm", json::array({0})}}, {literal<T>({3}, {-1, 0.5, 2})}), {3},
+                {-1, 0.5, 2}, 0);
 }
 
 // y[i_0, ..., i_{r-1}] = x[j] with j[perm[a]] = i_a
@@ -83,7 +84,8 @@ std::vector<double> transpose_reference(const Array<T>& x, const std::vector<std
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(forward_random_against_loops, T, Types) {
-    const std::vector<Shape> shapes = {{1, 1}, {3, 5}, {4, 7, 2}, {2, 3, 4, 5}, {300, 257}, {3, 130, 70}, {2, 1, 6, 1, 3}};
+    const std::vector<Shape> shapes = {{1, 1},     {3, 5},       {4, 7, 2},      {2, 3, 4, 5},
+                                       {300, 257}, {3, 130, 70}, {2, 1, 6, 1, 3}};
     std::uint64_t seed = 100;
     std::mt19937 rng(7);
     for (const auto& s : shapes) {
