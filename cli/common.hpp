@@ -49,5 +49,6 @@ void add_explain_command(CLI::App& app);
 /// Writes `text` to `path` (through a temporary file renamed into place), or to stdout
 /// when path is empty or "-"; throws IoError.
 void write_output(const std::string& path, const std::string& text);
+void add_bench_command(CLI::App& app);
 
 }  // namespace attngraph::cli

@@ -32,6 +32,7 @@ int main(int argc, char** argv) {
     attngraph::cli::add_report_command(app);
     attngraph::cli::add_diff_command(app);
     attngraph::cli::add_explain_command(app);
+    attngraph::cli::add_bench_command(app);
     try {
         app.parse(argc, argv);
     } catch (const CLI::CallForHelp& e) {

@@ -15,6 +15,7 @@
 
 #include "engine/error.hpp"
 #include "engine/stats.hpp"
+#include "engine/optimize.hpp"
 
 namespace attngraph {
 
@@ -48,8 +49,6 @@ public:
         m_ptr.resize(values.size(), nullptr);
         m_keep.resize(values.size(), false);
         m_uses = std::make_unique<std::atomic<int>[]>(values.size());
-        m_pending = std::make_unique<std::atomic<int>[]>(nodes.size());
-        m_consumers.resize(nodes.size());
         m_result.values.resize(values.size());
         m_result.seconds.resize(nodes.size(), 0.0);
 
@@ -59,19 +58,26 @@ public:
             if (v.data) m_ptr[id] = &v.data->as<T>();
         }
         for (int id : g.outputs()) m_keep[static_cast<std::size_t>(id)] = true;
-        for (std::size_t i = 0; i < nodes.size(); ++i) {
+        m_plan = make_plan(g, m_keep, o.optimize && !o.check_finite);
+        const auto& steps = m_plan.steps;
+        m_pending = std::make_unique<std::atomic<int>[]>(steps.size());
+        m_consumers.resize(steps.size());
+        std::vector<int> step_of(values.size(), -1);  // value id -> the step writing it
+        for (std::size_t i = 0; i < steps.size(); ++i) {
             int pending = 0;
-            for (int id : nodes[i].inputs) {
+            for (int id : steps[i].inputs) {
                 ++m_uses[static_cast<std::size_t>(id)];
-                const int producer = values[static_cast<std::size_t>(id)].producer;
+                const int producer = step_of[static_cast<std::size_t>(id)];
                 if (producer >= 0) {
                     ++pending;
                     m_consumers[static_cast<std::size_t>(producer)].push_back(i);
                 }
             }
             m_pending[i] = pending;
-            for (int id : nodes[i].outputs) m_work += element_count(values[static_cast<std::size_t>(id)].shape);
+            for (int id : steps[i].outputs) step_of[static_cast<std::size_t>(id)] = static_cast<int>(i);
         }
+        for (const Node& node : nodes)
+            for (int id : node.outputs) m_work += element_count(values[static_cast<std::size_t>(id)].shape);
     }
 
     RunResult finish(bool parallel) {
@@ -89,13 +95,17 @@ public:
 
 private:
     void run_inline() {
-        for (std::size_t i = 0; i < m_graph.nodes().size() && !m_stop; ++i) execute(i);
+        for (std::size_t i = 0; i < m_plan.steps.size() && !m_stop; ++i) execute(i);
     }
 
     void run_parallel() {
+        // the ready set is taken before the first spawn: once steps run, a count reaching 0
+        // belongs to the task that brought it there (which spawns that step itself)
+        std::vector<std::size_t> ready;
+        for (std::size_t i = 0; i < m_plan.steps.size(); ++i)
+            if (m_pending[i] == 0) ready.push_back(i);
         tbb::task_group group;
-        for (std::size_t i = 0; i < m_graph.nodes().size(); ++i)
-            if (m_pending[i] == 0) group.run([this, i, &group] { execute_and_release(i, group); });
+        for (std::size_t i : ready) group.run([this, i, &group] { execute_and_release(i, group); });
         group.wait();
     }
 
@@ -109,25 +119,26 @@ private:
 
     void execute(std::size_t i) {
         try {
-            const Node& node = m_graph.nodes()[i];
+            const Step& step = m_plan.steps[i];
+            const Node& node = m_graph.nodes()[static_cast<std::size_t>(step.node)];
             const auto t0 = std::chrono::steady_clock::now();
             std::vector<const Array<T>*> in;
-            in.reserve(node.inputs.size());
-            for (int id : node.inputs) in.push_back(m_ptr[static_cast<std::size_t>(id)]);
+            in.reserve(step.inputs.size());
+            for (int id : step.inputs) in.push_back(m_ptr[static_cast<std::size_t>(id)]);
             std::vector<Array<T>*> out;
-            for (int id : node.outputs) {
+            for (int id : step.outputs) {
                 const Shape& s = m_graph.values()[static_cast<std::size_t>(id)].shape;
                 Array<T>& a = m_owned[static_cast<std::size_t>(id)];
                 a = Array<T>::from_shape(s);
                 out.push_back(&a);
             }
-            node.op->forward<T>()(node.attrs, In<T>(in), Out<T>(out));
-            for (std::size_t k = 0; k < out.size(); ++k) m_ptr[static_cast<std::size_t>(node.outputs[k])] = out[k];
-            m_result.seconds[i] =
+            run_step<T>(m_graph, step, In<T>(in), Out<T>(out));
+            for (std::size_t k = 0; k < out.size(); ++k) m_ptr[static_cast<std::size_t>(step.outputs[k])] = out[k];
+            m_result.seconds[static_cast<std::size_t>(step.node)] =
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-            if (m_options.check_finite) check_finite(i, in, out);
+            if (m_options.check_finite) check_finite(static_cast<std::size_t>(step.node), in, out);
             // release inputs whose last consumer this was (unless kept)
-            for (int id : node.inputs) {
+            for (int id : step.inputs) {
                 const auto u = static_cast<std::size_t>(id);
                 if (--m_uses[u] == 0 && !m_keep[u] && !m_graph.values()[u].data) {
                     m_owned[u] = Array<T>();
@@ -142,6 +153,7 @@ private:
     }
 
     // Records the earliest node (in graph order) found non-finite, with its inputs' ranges.
+    // check_finite runs the plain plan (no fused steps), so a step is exactly its node.
     void check_finite(std::size_t i, const std::vector<const Array<T>*>& in, const std::vector<Array<T>*>& out) {
         const Node& node = m_graph.nodes()[i];
         for (const Array<T>* a : out) {
@@ -171,7 +183,8 @@ private:
     std::vector<bool> m_keep;
     std::unique_ptr<std::atomic<int>[]> m_uses;
     std::unique_ptr<std::atomic<int>[]> m_pending;
-    std::vector<std::vector<std::size_t>> m_consumers;
+    std::vector<std::vector<std::size_t>> m_consumers;  // step -> steps reading its outputs
+    Plan m_plan;
     std::size_t m_work = 0;
     RunResult m_result;
     std::atomic<bool> m_stop{false};

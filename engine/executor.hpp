@@ -18,6 +18,7 @@ struct RunOptions {
     std::vector<std::string> trace_only;  ///< name globs limiting the trace; empty: all
     bool keep_all = false;           ///< keep every value (backward needs them)
     bool check_finite = false;       ///< stop at the first node whose output is not finite
+    bool optimize = true;            ///< fold unseen values away (engine/optimize.hpp); off with check_finite
 };
 
 /// @brief The values of one run, by value id.

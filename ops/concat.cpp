@@ -45,13 +45,15 @@ struct Concat {
         for (std::size_t i = ax + 1; i < ys.size(); ++i) inner *= ys[i];
         const std::size_t row = ys[ax] * inner;
         T* y = out[0]->data();
-        std::size_t offset = 0;
-        for (const Array<T>* x : in) {
-            const std::size_t len = x->shape()[ax] * inner;
-            const T* xd = x->data();
-            for (std::size_t o = 0; o < outer; ++o) std::copy(xd + o * len, xd + (o + 1) * len, y + o * row + offset);
-            offset += len;
-        }
+        parallel_chunks(outer, grain_for(row), [&](std::size_t o0, std::size_t o1) {
+            std::size_t offset = 0;
+            for (const Array<T>* x : in) {
+                const std::size_t len = x->shape()[ax] * inner;
+                const T* xd = x->data();
+                for (std::size_t o = o0; o < o1; ++o) std::copy(xd + o * len, xd + (o + 1) * len, y + o * row + offset);
+                offset += len;
+            }
+        });
     }
 
     // in the forward pass this was: copy x_i[o, :] into y[o, offset_i : offset_i + len_i]

@@ -52,8 +52,10 @@ struct Linear {
         if (in.size() == 3) {
             const T* b = in[2]->data();
             T* yd = y.data();
-            for (std::size_t i = 0; i < m; ++i)
-                for (std::size_t j = 0; j < n; ++j) yd[i * n + j] += b[j];
+            parallel_chunks(m, grain_for(n), [&](std::size_t i0, std::size_t i1) {
+                for (std::size_t i = i0; i < i1; ++i)
+                    for (std::size_t j = 0; j < n; ++j) yd[i * n + j] += b[j];
+            });
         }
     }
 

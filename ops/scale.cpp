@@ -1,4 +1,5 @@
 // Scale: y = factor · x, elementwise. x and y have any shape, the same.
+#include "engine/parallel.hpp"
 #include "ops/common.hpp"
 #include "ops/ops.hpp"
 
@@ -32,7 +33,9 @@ struct Scale {
         const T* x = in[0]->data();
         T* y = out[0]->data();
         const std::size_t n = in[0]->size();
-        for (std::size_t i = 0; i < n; ++i) y[i] = f * x[i];
+        parallel_chunks(n, 1 << 15, [&](std::size_t i0, std::size_t i1) {
+            for (std::size_t i = i0; i < i1; ++i) y[i] = f * x[i];
+        });
     }
 
     // in the forward pass this was: y[i] = f * x[i]

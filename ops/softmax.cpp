@@ -2,6 +2,7 @@
 // Legend: x and y have the same shape; seen as (outer, len, inner) around `axis`.
 // A row whose every entry is -inf (fully masked) gives all zeros, not NaN.
 #include "engine/parallel.hpp"
+#include "engine/softmax_kernel.hpp"
 #include "ops/common.hpp"
 #include "ops/ops.hpp"
 
@@ -46,6 +47,12 @@ struct Softmax {
         const T* x = in[0]->data();
         T* y = out[0]->data();
         const std::size_t rows = l.outer * l.inner;
+        if (l.inner == 1) {  // rows are contiguous: the vectorised kernel
+            parallel_chunks(rows, grain_for(l.len * 8), [&](std::size_t r0, std::size_t r1) {
+                softmax_rows<T>(x + r0 * l.len, y + r0 * l.len, r1 - r0, l.len, T(1), false);
+            });
+            return;
+        }
         parallel_chunks(rows, grain_for(l.len * 8), [&](std::size_t r0, std::size_t r1) {
             for (std::size_t r = r0; r < r1; ++r) {
                 const std::size_t base = (r / l.inner) * l.len * l.inner + r % l.inner;

@@ -1,0 +1,230 @@
+// attngraph bench [--variant NAME] [--batch B] --seq N --d-model D --heads H [--threads T]
+//                 [--reps R] [--trace none|memory] [--backward]
+// attngraph bench --gemm N [--threads T] [--reps R]
+// Builds an attention variant at the given sizes with seeded random weights, runs one
+// warm-up and R timed runs, and prints one JSON line of timings.
+#include <malloc.h>
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <functional>
+#include <iostream>
+#include <limits>
+
+#include <tbb/task_arena.h>
+#include <nlohmann/json.hpp>
+
+#include "cli/common.hpp"
+#include "engine/autodiff.hpp"
+#include "engine/error.hpp"
+#include "engine/executor.hpp"
+#include "engine/gemm.hpp"
+#include "graphs/mha.hpp"
+
+namespace attngraph::cli {
+
+namespace {
+
+struct BenchArgs {
+    std::string variant = "mha";
+    std::size_t batch = 0, seq = 0, d_model = 0, heads = 0;
+    std::size_t gemm = 0;
+    int threads = 0;
+    int reps = 5;
+    std::string trace = "none";
+    bool backward = false;
+    bool plain = false;
+    bool default_malloc = false;
+};
+
+/// The sizes a variant is built at.
+struct BenchSizes {
+    std::size_t batch, seq, d_model, heads;
+};
+
+/// A benchmarkable graph: name -> builder. Add a variant with one line here.
+struct BenchVariant {
+    const char* name;
+    const char* description;
+    bool needs_sizes;
+    std::function<Graph(const BenchSizes&)> build;
+};
+
+graphs::MhaConfig mha_config(const BenchSizes& s) {
+    graphs::MhaConfig c;
+    c.seq = s.seq;
+    c.d_model = s.d_model;
+    c.heads = s.heads;
+    c.batch = s.batch;
+    return c;
+}
+
+const std::vector<BenchVariant>& bench_variants() {
+    static const std::vector<BenchVariant> variants = {
+        {"mha", "per-head multi-head attention (graphs/mha.hpp)", true,
+         [](const BenchSizes& s) { return graphs::build_mha(mha_config(s)); }},
+        {"seed", "the seed document's graph (n=3, d_model=4, 2 heads; sizes ignored)", false,
+         [](const BenchSizes&) { return graphs::build_mha(graphs::seed_mha_config(), graphs::seed_mha_weights()); }},
+    };
+    return variants;
+}
+
+const BenchVariant& find_variant(const std::string& name) {
+    std::string known;
+    for (const auto& v : bench_variants()) {
+        if (name == v.name) return v;
+        known += (known.empty() ? "" : ", ") + std::string(v.name);
+    }
+    throw Error("bench: unknown variant '" + name + "' (known: " + known + ")");
+}
+
+/// 2·m·n·k summed over the graph's GEMMs (Linear and MatMul nodes).
+double graph_flops(const Graph& g) {
+    double flops = 0;
+    for (const Node& node : g.nodes()) {
+        const Shape& a = g.value(node.inputs[0]).shape;
+        const Shape& out = g.value(node.outputs[0]).shape;
+        if (node.op->name == "Linear") {
+            flops += 2.0 * static_cast<double>(element_count(out)) * static_cast<double>(a.back());
+        } else if (node.op->name == "MatMul") {
+            flops += 2.0 * static_cast<double>(element_count(out)) * static_cast<double>(a.back());
+        }
+    }
+    return flops;
+}
+
+double peak_rss_mb() {
+    rusage u{};
+    getrusage(RUSAGE_SELF, &u);
+    return static_cast<double>(u.ru_maxrss) / 1024.0;  // ru_maxrss is in KiB on Linux
+}
+
+struct Timings {
+    double median_ms, min_ms;
+};
+
+Timings summarize(std::vector<double> seconds) {
+    std::sort(seconds.begin(), seconds.end());
+    const std::size_t n = seconds.size();
+    const double median = n % 2 ? seconds[n / 2] : 0.5 * (seconds[n / 2 - 1] + seconds[n / 2]);
+    return {median * 1e3, seconds.front() * 1e3};
+}
+
+double rounded(double v, int digits) {
+    const double p = std::pow(10.0, digits);
+    return std::round(v * p) / p;
+}
+
+void bench_gemm(const BenchArgs& a) {
+    const std::size_t n = a.gemm;
+    const Tensor ta = graphs::random_tensor({n, n}, DType::f32, 11), tb = graphs::random_tensor({n, n}, DType::f32, 12);
+    Array<float> c = Array<float>::from_shape({n, n});
+    const float* pa = ta.as<float>().data();
+    const float* pb = tb.as<float>().data();
+    Executor executor(a.threads);  // resolves 0 to the core count
+    tbb::task_arena arena(executor.threads());
+    std::vector<double> seconds;
+    arena.execute([&] {
+        for (int r = 0; r <= a.reps; ++r) {
+            const auto t0 = std::chrono::steady_clock::now();
+            gemm<float>(false, false, n, n, n, 1.0f, pa, n, pb, n, 0.0f, c.data(), n);
+            const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+            if (r > 0) seconds.push_back(s);  // run 0 is the warm-up
+        }
+    });
+    const Timings t = summarize(seconds);
+    const double flops = 2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n);
+    nlohmann::ordered_json j;
+    j["gemm"] = n;
+    j["threads"] = executor.threads();
+    j["median_ms"] = rounded(t.median_ms, 4);
+    j["gflops"] = rounded(flops / (t.median_ms * 1e-3) / 1e9, 2);
+    std::cout << j.dump() << std::endl;
+}
+
+// Repeated runs in one process, as a server tracing every request makes them: glibc keeps
+// the memory a run frees (up to 32 MB an array) for the next run, instead of returning it
+// and page-faulting fresh zeroed pages in again.
+void keep_freed_memory() {
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    mallopt(M_TRIM_THRESHOLD, std::numeric_limits<int>::max());
+}
+
+void bench_graph(const BenchArgs& a) {
+    const BenchVariant& variant = find_variant(a.variant);
+    if (variant.needs_sizes && (a.seq == 0 || a.d_model == 0 || a.heads == 0))
+        throw Error("bench: variant '" + a.variant + "' needs --seq, --d-model and --heads (each > 0)");
+    if (!a.default_malloc) keep_freed_memory();
+    const Graph graph = variant.build({a.batch, a.seq, a.d_model, a.heads});
+    Executor executor(a.threads);
+    RunOptions options;
+    options.threads = executor.threads();
+    options.trace = a.trace == "memory";
+    options.optimize = !a.plain;
+    options.keep_all = a.backward;  // backward reads every forward value
+    BackwardOptions backward_options;
+    backward_options.threads = executor.threads();
+    for (const ValueInfo& v : graph.values())  // the gradients a training step needs: X and the weights
+        if (v.kind != ValueKind::node) backward_options.wrt.push_back(v.name);
+    std::vector<double> seconds;
+    for (int r = 0; r <= a.reps; ++r) {
+        const auto t0 = std::chrono::steady_clock::now();
+        RunResult result = executor.run(graph, options);
+        if (a.backward) backward(graph, result, {}, backward_options);
+        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        if (r > 0) seconds.push_back(s);
+    }
+    const Timings t = summarize(seconds);
+    nlohmann::ordered_json j;
+    j["variant"] = a.variant;
+    j["batch"] = a.batch;
+    j["seq"] = graph.value(graph.at("X")).shape.end()[-2];
+    j["d_model"] = graph.value(graph.at("X")).shape.back();
+    j["heads"] = variant.needs_sizes ? a.heads : 2;
+    j["threads"] = executor.threads();
+    j["trace"] = a.trace;
+    if (a.plain) j["plan"] = "plain";
+    if (a.default_malloc) j["malloc"] = "default";
+    if (a.backward) j["backward"] = true;
+    j["median_ms"] = rounded(t.median_ms, 4);
+    j["min_ms"] = rounded(t.min_ms, 4);
+    // a GEMM's backward is two GEMMs of its size (dA and dB)
+    j["gflops"] = rounded((a.backward ? 3 : 1) * graph_flops(graph) / (t.median_ms * 1e-3) / 1e9, 2);
+    j["peak_rss_mb"] = rounded(peak_rss_mb(), 1);
+    std::cout << j.dump() << std::endl;
+}
+
+}  // namespace
+
+void add_bench_command(CLI::App& app) {
+    auto args = std::make_shared<BenchArgs>();
+    CLI::App* cmd =
+        app.add_subcommand("bench", "Time an attention variant (or the engine's GEMM) and print one JSON line");
+    std::string variants;
+    for (const auto& v : bench_variants())
+        variants += std::string(variants.empty() ? "" : "; ") + v.name + ": " + v.description;
+    cmd->add_option("--variant", args->variant, "Graph to time (" + variants + ")");
+    cmd->add_option("--batch", args->batch, "Sequences per batch (0: X is (n, d_model))");
+    cmd->add_option("--seq", args->seq, "Sequence length n");
+    cmd->add_option("--d-model", args->d_model, "Model width");
+    cmd->add_option("--heads", args->heads, "Number of heads");
+    cmd->add_option("--gemm", args->gemm, "Instead: time an N x N x N float32 GEMM through the engine's GEMM path");
+    cmd->add_option("--threads", args->threads, "Worker threads (default 0: all cores)")->check(CLI::Range(0, 4096));
+    cmd->add_option("--reps", args->reps, "Timed runs after one warm-up (default 5)")->check(CLI::Range(1, 10000000));
+    cmd->add_option("--trace", args->trace, "none, or memory: keep every node's output as a traced run does")
+        ->check(CLI::IsMember({"none", "memory"}));
+    cmd->add_flag("--backward", args->backward,
+                  "Time forward + backward (gradients of X and every weight; gflops counts 3x the forward GEMMs)");
+    cmd->add_flag("--default-malloc", args->default_malloc,
+                  "Leave glibc's malloc policy as is (by default bench keeps freed memory for the next run)");
+    cmd->add_flag("--plain", args->plain, "Run one step per node, without the graph rewrites of engine/optimize.hpp");
+    cmd->callback([args] {
+        if (args->gemm)
+            bench_gemm(*args);
+        else
+            bench_graph(*args);
+    });
+}
+
+}  // namespace attngraph::cli

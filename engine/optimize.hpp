@@ -1,0 +1,62 @@
+#pragma once
+// The run plan: which steps the executor runs for a graph, given which values the run keeps
+// (traced values and outputs). A node whose output nobody will see can be folded into the
+// node that reads it, so that the value is never materialised:
+//
+//   attention       O = softmax(c · Q·Kᵀ)·V: one kernel over blocks of gemm_row_block query
+//                   rows that computes S_raw, S, A and O for a block while it is in cache.
+//                   Unseen S_raw, S and A live in one scratch block (never the n×m matrix);
+//                   seen ones are written block by block; an unseen KT is never made (the
+//                   GEMM reads K transposed). The Scale is optional; K and V may be shared
+//                   across query heads (their batch axes broadcast to Q's: MQA, GQA).
+//   matmul_tb       MatMul(a, Transpose(b)) with the transpose unseen: the GEMM reads b
+//                   transposed instead of a copy.
+//   scaled_softmax  Softmax(Scale(x)) along the last axis with the scaled values unseen: one
+//                   pass instead of two.
+//   linear_group    Linear nodes reading the same x with weights given as tensors (the heads'
+//                   Q, K, V projections): one wide GEMM x·[W1 | W2 | ...], each node's
+//                   output copied out of it with its bias added. Every output is still
+//                   materialised, so this one applies to traced runs too.
+//
+// Every rewrite runs the same GEMM row blocks and the same softmax kernel as the nodes it
+// replaces, so an optimised run gives the plain run's numbers (a transposed GEMM operand may
+// change OpenBLAS's rounding in the last bit) and remains bit-identical for any thread count.
+#include <string>
+#include <vector>
+
+#include "engine/graph.hpp"
+
+namespace attngraph {
+
+enum class StepKind { node, matmul_tb, scaled_softmax, attention, linear_group };
+
+/// @brief One unit of work of a run: a node, or several nodes fused.
+struct Step {
+    StepKind kind = StepKind::node;
+    int node = -1;             ///< the node whose outputs the step writes (the last one it covers)
+    std::vector<int> folded;   ///< nodes folded into this step (not run on their own)
+    std::vector<int> inputs;   ///< value ids read
+    std::vector<int> outputs;  ///< value ids written
+    std::vector<int> nodes;    ///< linear_group: the nodes computed together (`node` is the first)
+    double factor = 1.0;       ///< a Scale factor folded in
+    bool scaled = false;       ///< whether `factor` applies
+    bool keep_s_raw = false, keep_s = false, keep_a = false;  ///< attention: kept intermediates (outputs 1, 2, ...)
+    std::size_t member_inputs = 0;  ///< linear_group: inputs per node after the shared x (W, or W and b)
+};
+
+/// @brief The steps of a run, in an order where every step follows the producers of its inputs.
+struct Plan {
+    std::vector<Step> steps;
+    /// "attention(head1.O <- head1.KT, head1.S_raw, head1.S, head1.A)", one line per fused step.
+    std::string describe(const Graph& graph) const;
+};
+
+/// @brief The plan for `graph` when the values with keep[id] are kept (seen by the caller).
+/// optimize = false gives one step per node.
+Plan make_plan(const Graph& graph, const std::vector<bool>& keep, bool optimize = true);
+
+/// @brief Runs one step: in holds the step's inputs, out its outputs, already shaped.
+template <class T>
+void run_step(const Graph& graph, const Step& step, In<T> in, Out<T> out);
+
+}  // namespace attngraph

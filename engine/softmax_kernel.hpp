@@ -1,0 +1,24 @@
+#pragma once
+// The engine's softmax row kernel, vectorised with xsimd and dispatched at run time to the
+// widest instruction set the CPU has (AVX-512, AVX2+FMA, or SSE2). The Softmax op and the
+// fused attention kernel (engine/optimize.cpp) both call it, so they agree bit for bit.
+#include <cstddef>
+
+namespace attngraph {
+
+/// @brief For each of `rows` contiguous rows of `len` values: y = softmax(scale · x), where
+/// scale · x is rounded first exactly as the Scale op rounds it (skipped when !scaled).
+/// A row whose maximum is -inf (fully masked) gives zeros. y may alias x.
+template <class T>
+void softmax_rows(const T* x, T* y, std::size_t rows, std::size_t len, T scale, bool scaled);
+
+namespace softmax_detail {
+// softmax_rows for one xsimd architecture; defined in softmax_kernel_impl.hpp and
+// instantiated by softmax_kernel_<arch>.cpp, each compiled for its instruction set.
+struct Kernel {
+    template <class Arch, class T>
+    void operator()(Arch, const T* x, T* y, std::size_t rows, std::size_t len, T scale, bool scaled) const;
+};
+}  // namespace softmax_detail
+
+}  // namespace attngraph

@@ -1,0 +1,89 @@
+// attngraph bench: the JSON line's keys and the sizes it echoes, and its errors. Times are
+// only checked to be positive: speed is measured by running the benchmark, never in tests.
+#include <boost/test/unit_test.hpp>
+
+#include "support/helpers.hpp"
+
+using namespace attngraph;
+
+namespace {
+
+nlohmann::ordered_json one_json_line(const std::string& out) {
+    BOOST_TEST_REQUIRE(std::count(out.begin(), out.end(), '\n') == 1);
+    return nlohmann::ordered_json::parse(out);
+}
+
+std::vector<std::string> keys(const nlohmann::ordered_json& j) {
+    std::vector<std::string> k;
+    for (const auto& [key, value] : j.items()) k.push_back(key);
+    return k;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(bench_prints_one_json_line) {
+    const test::CliResult r = test::run_cli("bench --batch 2 --seq 5 --d-model 8 --heads 2 --threads 2 --reps 3");
+    BOOST_TEST(r.code == 0, r.err);
+    const nlohmann::ordered_json j = one_json_line(r.out);
+    const std::vector<std::string> want = {"variant", "batch",     "seq",    "d_model", "heads",      "threads",
+                                           "trace",   "median_ms", "min_ms", "gflops",  "peak_rss_mb"};
+    BOOST_TEST(keys(j) == want, boost::test_tools::per_element());
+    BOOST_TEST(j["variant"] == "mha");
+    BOOST_TEST(j["batch"] == 2);
+    BOOST_TEST(j["seq"] == 5);
+    BOOST_TEST(j["d_model"] == 8);
+    BOOST_TEST(j["heads"] == 2);
+    BOOST_TEST(j["threads"] == 2);
+    BOOST_TEST(j["trace"] == "none");
+    BOOST_TEST(j["median_ms"].get<double>() > 0);
+    BOOST_TEST(j["min_ms"].get<double>() <= j["median_ms"].get<double>());
+    BOOST_TEST(j["peak_rss_mb"].get<double>() > 0);
+}
+
+BOOST_AUTO_TEST_CASE(bench_seed_and_trace_memory) {
+    const test::CliResult r = test::run_cli("bench --variant seed --trace memory --reps 2 --threads 1");
+    BOOST_TEST(r.code == 0, r.err);
+    const nlohmann::ordered_json j = one_json_line(r.out);
+    BOOST_TEST(j["variant"] == "seed");
+    BOOST_TEST(j["seq"] == 3);
+    BOOST_TEST(j["d_model"] == 4);
+    BOOST_TEST(j["trace"] == "memory");
+}
+
+BOOST_AUTO_TEST_CASE(bench_backward) {
+    const test::CliResult r = test::run_cli("bench --seq 6 --d-model 8 --heads 2 --backward --reps 2");
+    BOOST_TEST(r.code == 0, r.err);
+    const nlohmann::ordered_json j = one_json_line(r.out);
+    BOOST_TEST(j["backward"] == true);
+    BOOST_TEST(j["gflops"].get<double>() > 0);
+}
+
+BOOST_AUTO_TEST_CASE(bench_gemm_prints_its_line) {
+    const test::CliResult r = test::run_cli("bench --gemm 64 --threads 2 --reps 2");
+    BOOST_TEST(r.code == 0, r.err);
+    const nlohmann::ordered_json j = one_json_line(r.out);
+    const std::vector<std::string> want = {"gemm", "threads", "median_ms", "gflops"};
+    BOOST_TEST(keys(j) == want, boost::test_tools::per_element());
+    BOOST_TEST(j["gemm"] == 64);
+    BOOST_TEST(j["gflops"].get<double>() > 0);
+}
+
+BOOST_AUTO_TEST_CASE(bench_errors_are_one_line) {
+    struct Case {
+        const char* args;
+        const char* says;
+    };
+    for (const Case& c :
+         {Case{"bench --variant nope --seq 4 --d-model 4 --heads 2", "unknown variant 'nope' (known: mha, seed"},
+          Case{"bench --seq 4 --heads 2", "needs --seq, --d-model and --heads"},
+          Case{"bench --seq 4 --d-model 6 --heads 4", "not a multiple of heads"},
+          Case{"bench --seq 4 --d-model 4 --heads 2 --trace disk", "--trace"}}) {
+        BOOST_TEST_CONTEXT(c.args) {
+            const test::CliResult r = test::run_cli(c.args);
+            BOOST_TEST(r.code != 0);
+            BOOST_TEST(r.out.empty());
+            BOOST_TEST(r.err.find(c.says) != std::string::npos, r.err);
+            BOOST_TEST(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+        }
+    }
+}
