@@ -6,6 +6,17 @@
 #include "cli/common.hpp"
 #include "engine/error.hpp"
 
+// Errors are one line: control characters from the input (a name holding "\n") are escaped.
+static std::string one_line(const std::string& text) {
+    std::string out;
+    for (unsigned char c : text) {
+        if (c == '\n') out += "\\n";
+        else if (c < 0x20 || c == 0x7f) out += '?';
+        else out += static_cast<char>(c);
+    }
+    return out;
+}
+
 int main(int argc, char** argv) {
     CLI::App app{"attngraph: attention as a compute graph, every intermediate matrix traced"};
     app.require_subcommand(1);
@@ -19,16 +30,16 @@ int main(int argc, char** argv) {
     } catch (const CLI::CallForAllHelp& e) {
         return app.exit(e);
     } catch (const CLI::ParseError& e) {
-        std::cerr << "error: " << e.what() << " (see attngraph --help)\n";
+        std::cerr << "error: " << one_line(e.what()) << " (see attngraph --help)\n";
         return 2;
     } catch (const attngraph::Error& e) {
-        std::cerr << "error: " << e.what() << "\n";
+        std::cerr << "error: " << one_line(e.what()) << "\n";
         return 1;
     } catch (const std::bad_alloc&) {
         std::cerr << "error: out of memory\n";
         return 1;
     } catch (const std::exception& e) {
-        std::cerr << "error: internal: " << e.what() << "\n";
+        std::cerr << "error: internal: " << one_line(e.what()) << "\n";
         return 3;
     }
     return 0;

@@ -11,6 +11,7 @@
 #include <tbb/task_group.h>
 
 #include "engine/error.hpp"
+#include "engine/parallel.hpp"
 
 namespace attngraph {
 
@@ -88,11 +89,26 @@ private:
         for (std::size_t i = 0; i < m_graph.nodes().size() && !m_stop; ++i) execute(i);
     }
 
+    // (tsan_release/acquire: the hand-offs through oneTBB, for ThreadSanitizer only)
     void run_parallel() {
-        tbb::task_group group;
+        // the ready set is taken before the first spawn: once nodes run, a count reaching 0
+        // belongs to the task that brought it there (which spawns that node itself)
+        std::vector<std::size_t> ready;
         for (std::size_t i = 0; i < m_graph.nodes().size(); ++i)
-            if (m_pending[i] == 0) group.run([this, i, &group] { execute_and_release(i, group); });
+            if (m_pending[i] == 0) ready.push_back(i);
+        tbb::task_group group;
+        for (std::size_t i : ready) spawn(i, group);
         group.wait();
+        tsan_acquire(&m_tasks_done);
+    }
+
+    void spawn(std::size_t i, tbb::task_group& group) {
+        tsan_release(&m_pending[i]);
+        group.run([this, i, &group] {
+            tsan_acquire(&m_pending[i]);
+            execute_and_release(i, group);
+            tsan_release(&m_tasks_done);
+        });
     }
 
     void execute_and_release(std::size_t i, tbb::task_group& group) {
@@ -100,7 +116,7 @@ private:
         execute(i);
         if (m_stop) return;
         for (std::size_t c : m_consumers[i])
-            if (--m_pending[c] == 0) group.run([this, c, &group] { execute_and_release(c, group); });
+            if (--m_pending[c] == 0) spawn(c, group);
     }
 
     void execute(std::size_t i) {
@@ -163,6 +179,7 @@ private:
     std::size_t m_work = 0;
     RunResult m_result;
     std::atomic<bool> m_stop{false};
+    char m_tasks_done = 0;  // ThreadSanitizer's sync point: every task's work before wait() returns
     std::mutex m_error_mutex;
     std::exception_ptr m_error;
 };
@@ -187,10 +204,14 @@ int Executor::threads() const { return m_impl->threads; }
 
 RunResult Executor::run(const Graph& graph, const RunOptions& options) {
     RunResult result;
+    tsan_release(&result);  // the arena may run the functor on one of its own threads
     m_impl->arena.execute([&] {
+        tsan_acquire(&result);
         if (graph.dtype() == DType::f32) result = Run<float>(graph, options).finish(m_impl->threads > 1);
         else result = Run<double>(graph, options).finish(m_impl->threads > 1);
+        tsan_release(&result);
     });
+    tsan_acquire(&result);
     return result;
 }
 

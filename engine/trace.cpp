@@ -1,6 +1,11 @@
 #include "engine/trace.hpp"
 
+#include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
 
 #include <cmath>
 #include <cstdio>
@@ -238,6 +243,25 @@ void check_output_dir(const fs::path& dir, bool force) {
         throw IoError(dir.string() + ": directory exists and is not empty (use --force to replace it)");
 }
 
+// A run killed while writing leaves its hidden ".DIR.tmp-PID-N" (or ".DIR.old-PID")
+// sibling behind; the next write of DIR removes those whose process is gone.
+static void remove_stale_temporaries(const fs::path& parent, const std::string& name) {
+    std::error_code ec;
+    for (const auto& entry : fs::directory_iterator(parent, ec)) {
+        const std::string f = entry.path().filename().string();
+        std::string rest;
+        for (const char* kind : {".tmp-", ".old-"}) {
+            std::string prefix(1, '.');
+            prefix.append(name).append(kind);
+            if (f.rfind(prefix, 0) == 0) rest = f.substr(prefix.size());
+        }
+        if (rest.empty() || rest.find_first_not_of("0123456789-") != std::string::npos) continue;
+        const long pid = std::strtol(rest.c_str(), nullptr, 10);
+        if (pid > 0 && pid != ::getpid() && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH)
+            fs::remove_all(entry.path(), ec);
+    }
+}
+
 void write_directory_atomically(const fs::path& dir, bool force, const std::function<void(const fs::path&)>& fill) {
     check_output_dir(dir, force);
     const fs::path target = fs::absolute(dir).lexically_normal();
@@ -245,6 +269,7 @@ void write_directory_atomically(const fs::path& dir, bool force, const std::func
     std::error_code ec;
     fs::create_directories(parent, ec);
     if (ec) throw IoError(parent.string() + ": cannot create (" + ec.message() + ")");
+    remove_stale_temporaries(parent, target.filename().string());
     std::random_device rd;
     const fs::path tmp = parent / ("." + target.filename().string() + ".tmp-" + std::to_string(::getpid()) + "-" +
                                    std::to_string(rd() % 1000000));
@@ -256,8 +281,14 @@ void write_directory_atomically(const fs::path& dir, bool force, const std::func
         fs::remove_all(tmp, ec);
         throw;
     }
+    // replacing (--force): swap both in one step where the file system can, so that DIR
+    // always holds either the old trace or the new one
+    if (fs::exists(target, ec) && ::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) == 0) {
+        fs::remove_all(tmp, ec);
+        return;
+    }
     fs::path old;
-    if (fs::exists(target, ec)) {
+    if (fs::exists(target, ec) && !fs::is_empty(target, ec)) {
         old = parent / ("." + target.filename().string() + ".old-" + std::to_string(::getpid()));
         fs::rename(target, old, ec);
         if (ec) {
