@@ -38,7 +38,7 @@ std::size_t parse_bytes(const std::string& text) {
     else if (unit == "G" || unit == "GB") mult = 1ull << 30;
     else if (unit == "T" || unit == "TB") mult = 1ull << 40;
     else throw Error("--max-memory: unknown unit '" + unit + "' (use K, M, G or T)");
-    if (text.find('-') != std::string::npos || v > ULLONG_MAX / mult)
+    if (text.find('-') != std::string::npos || v == 0 || v > ULLONG_MAX / mult)
         throw Error("--max-memory: '" + text + "' is not a size (e.g. 4G, 512M)");
     return static_cast<std::size_t>(v * mult);
 }

@@ -115,9 +115,9 @@ Graph parse_graph(const std::string& text, const fs::path& base_dir, const std::
         json doc;
         try {
             doc = json::parse(text);
-        } catch (const json::parse_error& e) {
+        } catch (const json::exception& e) {  // parse_error, or out_of_range for 1e400
             std::string msg = e.what();
-            if (auto pos = msg.find("parse error"); pos != std::string::npos) msg = msg.substr(pos);
+            if (auto pos = msg.find("] "); pos != std::string::npos) msg = msg.substr(pos + 2);
             throw GraphError("malformed JSON: " + msg);
         }
         if (!doc.is_object()) throw GraphError("a graph file must be a JSON object");
@@ -228,6 +228,8 @@ Graph parse_graph(const std::string& text, const fs::path& base_dir, const std::
     } catch (const GraphError& e) {
         throw GraphError(origin + ": " + e.what());
     } catch (const Error& e) {
+        throw GraphError(origin + ": " + e.what());
+    } catch (const json::exception& e) {  // a JSON access the checks above missed: still the file's fault
         throw GraphError(origin + ": " + e.what());
     }
 }

@@ -72,7 +72,7 @@ struct Transpose {
         parallel_chunks(rows, grain_for(cols), [&](std::size_t r0, std::size_t r1) {
             for (std::size_t r = r0; r < r1; ++r) {
                 std::size_t off = 0, rem = r;
-                for (std::size_t i = rank - 1; i-- > 0;) {
+                for (std::size_t i = rank ? rank - 1 : 0; i-- > 0;) {
                     off += (rem % ys[i]) * xs[i];
                     rem /= ys[i];
                 }

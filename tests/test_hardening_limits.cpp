@@ -134,7 +134,7 @@ BOOST_AUTO_TEST_CASE(max_memory_on_the_command_line) {
     BOOST_TEST(r.code == 1);
     BOOST_TEST(contains(r.err, "values together need"), r.err);
     BOOST_TEST(!fs::exists(cwd.path / "t"));
-    for (const char* bad : {"-1G", "12X", "99999999999999999999", "G"}) {
+    for (const char* bad : {"-1G", "12X", "99999999999999999999", "G", "0", "16777216T"}) {
         r = test::run_cli("check '" + seed + "' --max-memory " + bad, cwd.path);
         BOOST_TEST(r.code == 1, bad);
         BOOST_TEST(r.err.rfind("error: --max-memory", 0) == 0, r.err);

@@ -1,10 +1,12 @@
-// Every input that once crashed a loader or reached undefined behaviour (found by the fuzz
-// targets or by review) lives in tests/data/regressions/ with a sidecar NAME.expect holding
-// a piece of the typed error it must give now. .npy files go through load_npy, the rest
-// through load_graph — and through the CLI, which must answer with one line.
+// Every input that once crashed a loader or a run, or reached undefined behaviour (found by
+// the fuzz targets or by review), lives in tests/data/regressions/ with a sidecar NAME.expect
+// holding a piece of the typed error it must give now — or "runs" for a valid graph that
+// must now run. .npy files go through load_npy, the rest through load_graph — and through
+// the CLI, which must answer with one line.
 #include <boost/test/unit_test.hpp>
 
 #include "engine/error.hpp"
+#include "engine/executor.hpp"
 #include "engine/graph_file.hpp"
 #include "engine/npy.hpp"
 #include "support/helpers.hpp"
@@ -23,6 +25,16 @@ BOOST_AUTO_TEST_CASE(every_regression_input_gives_its_typed_error) {
             std::string expected;
             std::getline(expect_file, expected);
             BOOST_TEST_REQUIRE(!expected.empty(), "no " << input.filename() << ".expect");
+            if (expected == "runs") {
+                const Graph g = load_graph(input);
+                RunOptions o;
+                o.threads = 2;
+                BOOST_TEST(run(g, o).complete);
+                const auto r = test::run_cli("run '" + input.string() + "'");
+                BOOST_TEST(r.code == 0, r.err);
+                ++replayed;
+                continue;
+            }
             std::string message;
             try {
                 if (input.extension() == ".npy") load_npy(input);
@@ -42,5 +54,5 @@ BOOST_AUTO_TEST_CASE(every_regression_input_gives_its_typed_error) {
             ++replayed;
         }
     }
-    BOOST_TEST(replayed >= 6u);
+    BOOST_TEST(replayed >= 9u);
 }
