@@ -103,9 +103,10 @@ private:
     }
 
     void spawn(std::size_t i, tbb::task_group& group) {
-        tsan_release(&m_pending[i]);
-        group.run([this, i, &group] {
-            tsan_acquire(&m_pending[i]);
+        const void* sync = &m_pending[i];
+        tsan_release(sync);
+        group.run([this, i, &group, sync] {
+            tsan_acquire(sync);  // before touching any member
             execute_and_release(i, group);
             tsan_release(&m_tasks_done);
         });

@@ -208,7 +208,8 @@ Graph parse_graph(const std::string& text, const fs::path& base_dir, const std::
                     throw GraphError(where + ": \"inputs\" must be a list of names");
                 inputs = in.get<std::vector<std::string>>();
             }
-            std::any attrs = def->parse_attrs(n.contains("attrs") ? n["attrs"] : json(), where);
+            static const json no_attrs;  // (a reference either way: copying user JSON recurses)
+            std::any attrs = def->parse_attrs(n.contains("attrs") ? n["attrs"] : no_attrs, where);
             builder.add_node(nname, op, std::move(inputs), std::move(attrs));
         }
 
