@@ -45,25 +45,13 @@ void add_run_command(CLI::App& app) {
         const RunResult result = run(graph, options);
         if (!args->trace_dir.empty()) write_trace(make_trace(graph, result, options.trace_only), args->trace_dir, format, args->force);
         if (!result.complete) {
-            // name the node and show what went into it
             const Node* bad = nullptr;
             for (const auto& n : graph.nodes())
                 if (n.name == result.stopped_at) bad = &n;
-            std::string detail;
-            if (bad)
-                for (int id : bad->inputs) {
-                    const auto& v = result.values[static_cast<std::size_t>(id)];
-                    if (!v) continue;
-                    double lo = 0, hi = 0;
-                    for (std::size_t i = 0; i < v->size(); ++i) {
-                        const double x = v->at_flat(i);
-                        if (i == 0 || x < lo) lo = x;
-                        if (i == 0 || x > hi) hi = x;
-                    }
-                    detail += "; input " + graph.value(id).name + " min " + std::to_string(lo) + " max " + std::to_string(hi);
-                }
-            throw Error("node '" + result.stopped_at + "' (" + (bad ? bad->op->name : "?") + ") output has " +
-                        result.stop_reason + detail);
+            throw Error(args->graph.graph + ": node '" + result.stopped_at + "' (" + (bad ? bad->op->name : "?") +
+                        ") output has " + result.stop_reason +
+                        (args->trace_dir.empty() ? ""
+                                                 : "; partial trace in " + args->trace_dir + " (marked incomplete)"));
         }
         Trace outputs;
         outputs.tokens = graph.tokens();

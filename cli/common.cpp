@@ -70,14 +70,20 @@ Graph load_with_inputs(const GraphArgs& args) {
         if (graph.find(name) < 0)
             throw GraphError("--input " + name + ": graph '" + graph.name() + "' (" + args.graph +
                              ") has no tensor named '" + name + "'");
-        replacements[name] = load_npy(file, max_elements);
+        try {
+            replacements[name] = load_npy(file, max_elements);
+        } catch (const IoError& e) {
+            throw IoError("--input " + spec + ": " + e.what());
+        }
     }
     if (!replacements.empty()) {
         try {
             graph = graph.with_tensors(replacements);
             check_memory(graph, max_bytes);
-        } catch (const Error& e) {
+        } catch (const ShapeError& e) {
             throw ShapeError(args.graph + " with --input: " + e.what());
+        } catch (const GraphError& e) {
+            throw GraphError(args.graph + " with --input: " + e.what());
         }
     }
     return graph;

@@ -41,5 +41,15 @@ std::vector<std::string> split_globs(const std::vector<std::string>& values);
 // One registration function per subcommand (cli/cmd_<name>.cpp).
 void add_run_command(CLI::App& app);
 void add_check_command(CLI::App& app);
+void add_grad_command(CLI::App& app);
+void add_dot_command(CLI::App& app);
+void add_heatmap_command(CLI::App& app);
+void add_report_command(CLI::App& app);
+void add_diff_command(CLI::App& app);
+void add_explain_command(CLI::App& app);
+
+/// Writes `text` to `path` (through a temporary file renamed into place), or to stdout
+/// when path is empty or "-"; throws IoError.
+void write_output(const std::string& path, const std::string& text);
 
 }  // namespace attngraph::cli

@@ -2,17 +2,19 @@
 // cli/cmd_<name>.cpp; errors become one line "error: ..." on stderr and a non-zero exit.
 #include <iostream>
 #include <new>
+#include <string>
 
 #include "cli/common.hpp"
 #include "engine/error.hpp"
 
-// Errors are one line: control characters from the input (a name holding "\n") are escaped.
+// An error is one line whatever it quotes (a node name or path with a newline in it).
 static std::string one_line(const std::string& text) {
     std::string out;
-    for (unsigned char c : text) {
+    for (char c : text) {
         if (c == '\n') out += "\\n";
-        else if (c < 0x20 || c == 0x7f) out += '?';
-        else out += static_cast<char>(c);
+        else if (c == '\r') out += "\\r";
+        else if (static_cast<unsigned char>(c) < 0x20 && c != '\t') out += '?';
+        else out += c;
     }
     return out;
 }
@@ -23,6 +25,12 @@ int main(int argc, char** argv) {
     app.set_help_all_flag("--help-all", "Help for every subcommand");
     attngraph::cli::add_run_command(app);
     attngraph::cli::add_check_command(app);
+    attngraph::cli::add_grad_command(app);
+    attngraph::cli::add_dot_command(app);
+    attngraph::cli::add_heatmap_command(app);
+    attngraph::cli::add_report_command(app);
+    attngraph::cli::add_diff_command(app);
+    attngraph::cli::add_explain_command(app);
     try {
         app.parse(argc, argv);
     } catch (const CLI::CallForHelp& e) {

@@ -7,6 +7,7 @@
 // Required<T> must be present; a std::optional<T> member may be absent or null.
 #include <algorithm>
 #include <climits>
+#include <limits>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -57,10 +58,11 @@ struct attr_kind<std::optional<T>> {
     static constexpr bool optional = true;
 };
 
-inline void attr_read(const nlohmann::json& j, double& out);
-inline void attr_read(const nlohmann::json& j, int& out);
+// declared first: the templates below call each other (a list of optionals, ...)
 template <class T>
 void attr_read(const nlohmann::json& j, std::vector<T>& out);
+inline void attr_read(const nlohmann::json& j, double& out);
+inline void attr_read(const nlohmann::json& j, int& out);
 
 template <class T>
 void attr_read(const nlohmann::json& j, T& out) {
@@ -91,6 +93,7 @@ inline void attr_read(const nlohmann::json& j, int& out) {
         throw nlohmann::json::type_error::create(302, "integer out of range", &j);
     out = static_cast<int>(wide);
 }
+// element by element, so that a list of ints refuses 1.5, true and "1" as a single int does
 template <class T>
 void attr_read(const nlohmann::json& j, std::vector<T>& out) {
     if (!j.is_array()) throw nlohmann::json::type_error::create(302, "expected a list", &j);

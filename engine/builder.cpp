@@ -98,7 +98,15 @@ Shape GraphBuilder::shape_of(const std::string& ref) const {
 
 Value GraphBuilder::node(const std::string& op_name, const std::vector<Value>& inputs, std::any attrs,
                          std::string name) {
-    const OpDef& op = OpRegistry::instance().get(op_name);
+    const OpDef* found = OpRegistry::instance().find(op_name);
+    if (!found) {
+        try {
+            OpRegistry::instance().get(op_name);
+        } catch (const GraphError& e) {
+            throw GraphError((name.empty() ? "" : "node '" + name + "': ") + e.what());
+        }
+    }
+    const OpDef& op = *found;
     if (name.empty()) name = fresh_name(op_name);
     check_new_name(name);
     const std::string where = "node '" + name + "' (" + op_name + ")";
@@ -122,6 +130,8 @@ Value GraphBuilder::node(const std::string& op_name, const std::vector<Value>& i
         throw GraphError(where + ": attributes of the wrong type");
     } catch (const ShapeError& e) {
         throw ShapeError(where + ": " + e.what() + "; inputs: " + operands);
+    } catch (const GraphError& e) {
+        throw GraphError(where + ": " + e.what());
     }
     for (const auto& r : refs) {
         ++m_consumers[r];
@@ -235,10 +245,11 @@ Graph GraphBuilder::build() const {
                 }
             }
         }
+        auto label = [&](std::size_t i) { return m_nodes[i].name + " (" + m_nodes[i].op + ")"; };
         std::string cycle;
         for (std::size_t p = static_cast<std::size_t>(seen[cur]); p < path.size(); ++p)
-            cycle = " -> " + m_nodes[path[p]].name + cycle;
-        cycle = m_nodes[cur].name + cycle;
+            cycle = " -> " + label(path[p]) + cycle;
+        cycle = label(cur) + cycle;
         throw GraphError("graph '" + m_name + "' has a cycle: " + cycle);
     }
 
@@ -282,6 +293,8 @@ Graph GraphBuilder::build() const {
             throw GraphError(where + ": attributes of the wrong type");
         } catch (const ShapeError& e) {
             throw ShapeError(where + ": " + e.what() + "; inputs: " + operands);
+        } catch (const GraphError& e) {
+            throw GraphError(where + ": " + e.what());
         }
         const int node_index = static_cast<int>(g.m_nodes.size());
         for (std::size_t k = 0; k < out.size(); ++k) {
@@ -302,6 +315,8 @@ Graph GraphBuilder::build() const {
     if (!m_outputs.empty()) {
         for (const auto& name : m_outputs) {
             int id = g.find(name);
+            if (id < 0 && g.find(name + ":0") >= 0)
+                throw GraphError("output '" + name + "' is a node with several outputs: name one as '" + name + ":k'");
             if (id < 0) throw GraphError("output '" + name + "' is not a tensor or node of graph '" + m_name + "'");
             g.m_outputs.push_back(id);
         }

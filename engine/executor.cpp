@@ -5,13 +5,17 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <optional>
 #include <thread>
 
+#include <tbb/global_control.h>
+#include <tbb/info.h>
 #include <tbb/task_arena.h>
 #include <tbb/task_group.h>
 
 #include "engine/error.hpp"
 #include "engine/parallel.hpp"
+#include "engine/stats.hpp"
 
 namespace attngraph {
 
@@ -138,7 +142,7 @@ private:
             for (std::size_t k = 0; k < out.size(); ++k) m_ptr[static_cast<std::size_t>(node.outputs[k])] = out[k];
             m_result.seconds[i] =
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-            if (m_options.check_finite) check_finite(node, out);
+            if (m_options.check_finite) check_finite(i, in, out);
             // release inputs whose last consumer this was (unless kept)
             for (int id : node.inputs) {
                 const auto u = static_cast<std::size_t>(id);
@@ -154,16 +158,24 @@ private:
         }
     }
 
-    void check_finite(const Node& node, const std::vector<Array<T>*>& out) {
+    // Records the earliest node (in graph order) found non-finite, with its inputs' ranges.
+    void check_finite(std::size_t i, const std::vector<const Array<T>*>& in, const std::vector<Array<T>*>& out) {
+        const Node& node = m_graph.nodes()[i];
         for (const Array<T>* a : out) {
             std::size_t bad = 0;
             for (T x : *a) bad += !std::isfinite(x);
             if (!bad) continue;
             std::lock_guard<std::mutex> lock(m_error_mutex);
-            if (m_result.complete) {
+            if (m_result.complete || i < m_stop_index) {
                 m_result.complete = false;
+                m_stop_index = i;
                 m_result.stopped_at = node.name;
                 m_result.stop_reason = std::to_string(bad) + " non-finite values";
+                for (std::size_t k = 0; k < in.size(); ++k) {
+                    const ValueInfo& v = m_graph.value(node.inputs[k]);
+                    m_result.stop_reason += "; input " + v.name + " (" + shape_str(v.shape) + ") " +
+                                            stats_text(tensor_stats(Tensor(Array<T>(*in[k]))));
+                }
             }
             m_stop = true;
         }
@@ -181,6 +193,7 @@ private:
     RunResult m_result;
     std::atomic<bool> m_stop{false};
     char m_tasks_done = 0;  // ThreadSanitizer's sync point: every task's work before wait() returns
+    std::size_t m_stop_index = 0;
     std::mutex m_error_mutex;
     std::exception_ptr m_error;
 };
@@ -189,8 +202,16 @@ private:
 
 struct Executor::Impl {
     int threads;
+    // oneTBB caps its workers at the core count (and warns on stderr when an arena asks for
+    // more): --threads 8 on two cores must still get eight threads, quietly
+    std::optional<tbb::global_control> above_cores;
     tbb::task_arena arena;
-    explicit Impl(int t) : threads(t), arena(t) {}
+    explicit Impl(int t) : threads(t), above_cores(make_control(t)), arena(t) {}
+    static std::optional<tbb::global_control> make_control(int t) {
+        if (t <= tbb::info::default_concurrency()) return std::nullopt;
+        return std::optional<tbb::global_control>(std::in_place, tbb::global_control::max_allowed_parallelism,
+                                                  static_cast<std::size_t>(t));
+    }
 };
 
 static int resolve_threads(int threads) {

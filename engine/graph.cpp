@@ -86,6 +86,8 @@ void Graph::infer_shapes() {
         } catch (const ShapeError& e) {
             throw ShapeError("node '" + node.name + "' (" + node.op->name + "): " + e.what() +
                              "; inputs: " + operand_list(*this, node));
+        } catch (const GraphError& e) {
+            throw GraphError("node '" + node.name + "' (" + node.op->name + "): " + e.what());
         }
         if (out.size() != node.outputs.size())
             throw ShapeError("node '" + node.name + "' (" + node.op->name + "): now has " +

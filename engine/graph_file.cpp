@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <fstream>
 #include <limits>
+#include <set>
 #include <sstream>
 
 #include "engine/builder.hpp"
@@ -97,14 +98,52 @@ Tensor make_tensor(const Shape& shape, const std::vector<double>& flat, DType dt
 fs::path resolve_npy(const std::string& rel, const fs::path& base_dir, bool allow_outside, const std::string& where) {
     const fs::path p = fs::path(rel).is_absolute() ? fs::path(rel) : base_dir / rel;
     if (!allow_outside) {
-        const fs::path base = fs::weakly_canonical(base_dir.empty() ? fs::path(".") : base_dir);
-        const fs::path target = fs::weakly_canonical(p);
+        // absolute first: weakly_canonical leaves a relative path with no existing prefix
+        // ("missing.npy") relative, and it would then seem to leave the folder
+        const fs::path base = fs::weakly_canonical(fs::absolute(base_dir.empty() ? fs::path(".") : base_dir));
+        const fs::path target = fs::weakly_canonical(fs::absolute(p));
         auto [b, t] = std::mismatch(base.begin(), base.end(), target.begin(), target.end());
         if (b != base.end())
             throw GraphError(where + ": \"npy\" path '" + rel +
                              "' leaves the graph file's folder (use --allow-outside-paths)");
     }
     return p;
+}
+
+// nlohmann::json keeps the last of two equal keys; a graph file with a tensor defined twice
+// must be an error instead.
+json::parser_callback_t reject_duplicate_keys() {
+    struct Level {
+        bool object;
+        std::string name, key;
+        std::set<std::string> keys;
+    };
+    auto stack = std::make_shared<std::vector<Level>>();
+    return [stack](int, json::parse_event_t event, json& parsed) {
+        switch (event) {
+            case json::parse_event_t::object_start:
+            case json::parse_event_t::array_start: {
+                std::string name = "the graph";
+                if (!stack->empty()) name = stack->back().object ? "\"" + stack->back().key + "\"" : stack->back().name;
+                stack->push_back({event == json::parse_event_t::object_start, name, "", {}});
+                break;
+            }
+            case json::parse_event_t::object_end:
+            case json::parse_event_t::array_end:
+                if (!stack->empty()) stack->pop_back();
+                break;
+            case json::parse_event_t::key: {
+                Level& top = stack->back();
+                top.key = parsed.get<std::string>();
+                if (!top.keys.insert(top.key).second)
+                    throw GraphError("duplicate key '" + top.key + "' in " + top.name);
+                break;
+            }
+            default:
+                break;
+        }
+        return true;
+    };
 }
 
 }  // namespace
@@ -114,7 +153,7 @@ Graph parse_graph(const std::string& text, const fs::path& base_dir, const std::
     try {
         json doc;
         try {
-            doc = json::parse(text);
+            doc = json::parse(text, reject_duplicate_keys());
         } catch (const json::exception& e) {  // parse_error, or out_of_range for 1e400
             std::string msg = e.what();
             if (auto pos = msg.find("] "); pos != std::string::npos) msg = msg.substr(pos + 2);
@@ -123,7 +162,8 @@ Graph parse_graph(const std::string& text, const fs::path& base_dir, const std::
         if (!doc.is_object()) throw GraphError("a graph file must be a JSON object");
         check_keys(doc, {"name", "dtype", "tokens", "tensors", "nodes", "outputs", "description"}, "graph");
 
-        const std::string name = doc.contains("name") && doc["name"].is_string() ? doc["name"].get<std::string>() : "graph";
+        if (doc.contains("name") && !doc["name"].is_string()) throw GraphError("\"name\" must be a string");
+        const std::string name = doc.contains("name") ? doc["name"].get<std::string>() : "graph";
         DType dtype = DType::f32;
         if (doc.contains("dtype")) {
             if (!doc["dtype"].is_string()) throw GraphError("\"dtype\" must be \"f32\" or \"f64\"");

@@ -4,9 +4,9 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
-
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -15,6 +15,7 @@
 #include "engine/error.hpp"
 #include "engine/graph_file.hpp"
 #include "engine/npy.hpp"
+#include "engine/stats.hpp"
 
 namespace attngraph {
 
@@ -121,7 +122,7 @@ std::string matrix_text(const Tensor& t, const Shape& shape, const std::vector<s
     const std::size_t cols = rank >= 1 ? shape[rank - 1] : 1;
     const bool row_labels = label && rank >= 2 && !tokens.empty() && rows == tokens.size();
     const bool col_labels = label && rank >= 1 && !tokens.empty() && cols == tokens.size();
-    const std::size_t slices = rows * cols ? t.size() / (rows * cols) : 0;
+    const std::size_t slices = rows * cols != 0 ? t.size() / (rows * cols) : 0;
     std::size_t width = 10;
     for (std::size_t i = 0; i < t.size(); ++i) width = std::max(width, number6(t.at_flat(i)).size() + 2);
     std::size_t label_width = 0;
@@ -177,7 +178,10 @@ std::string trace_text(const Trace& trace) {
     }
     out += "\n";
     if (!trace.complete) out += "# INCOMPLETE: " + trace.note + "\n";
-    for (const auto& e : trace.entries) out += "\n" + entry_text(trace, e);
+    for (const auto& e : trace.entries) {
+        out += '\n';
+        out += entry_text(trace, e);
+    }
     return out;
 }
 
@@ -227,6 +231,7 @@ json trace_manifest(const Trace& trace, TraceFormat format) {
     for (const auto& e : trace.entries) {
         json r = entry_record(e);
         if (format == TraceFormat::npy) r["file"] = e.name + ".npy";
+        if (e.data) r["stats"] = stats_json(tensor_stats(*e.data));
         entries.push_back(std::move(r));
     }
     j["entries"] = std::move(entries);
@@ -235,7 +240,21 @@ json trace_manifest(const Trace& trace, TraceFormat format) {
 
 // ---- writing --------------------------------------------------------------------------
 
+// The absolute directory `dir` names ("t/" and "t" alike); never the current directory or
+// one that holds it, which replacing would pull from under the caller.
+static fs::path output_target(const fs::path& dir) {
+    fs::path target = fs::absolute(dir).lexically_normal();
+    if (!target.has_filename()) target = target.parent_path();
+    std::error_code ec;
+    const fs::path cwd = fs::current_path(ec);
+    if (!target.has_filename() ||
+        (!ec && std::mismatch(target.begin(), target.end(), cwd.begin(), cwd.end()).first == target.end()))
+        throw IoError(dir.string() + ": is the current directory or holds it; name a directory to create");
+    return target;
+}
+
 void check_output_dir(const fs::path& dir, bool force) {
+    output_target(dir);
     std::error_code ec;
     if (fs::exists(dir, ec) && !fs::is_directory(dir, ec))
         throw IoError(dir.string() + ": exists and is not a directory");
@@ -264,15 +283,17 @@ static void remove_stale_temporaries(const fs::path& parent, const std::string& 
 
 void write_directory_atomically(const fs::path& dir, bool force, const std::function<void(const fs::path&)>& fill) {
     check_output_dir(dir, force);
-    const fs::path target = fs::absolute(dir).lexically_normal();
-    const fs::path parent = target.parent_path();
+    const fs::path target = output_target(dir);
     std::error_code ec;
+    const fs::path parent = target.parent_path();
     fs::create_directories(parent, ec);
     if (ec) throw IoError(parent.string() + ": cannot create (" + ec.message() + ")");
     remove_stale_temporaries(parent, target.filename().string());
     std::random_device rd;
-    const fs::path tmp = parent / ("." + target.filename().string() + ".tmp-" + std::to_string(::getpid()) + "-" +
-                                   std::to_string(rd() % 1000000));
+    // "." + name as a std::string first: GCC 12 warns (-Wrestrict) on "literal" + std::string
+    std::string hidden = ".";
+    hidden += target.filename().string();
+    const fs::path tmp = parent / (hidden + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(rd() % 1000000));
     fs::create_directory(tmp, ec);
     if (ec) throw IoError(tmp.string() + ": cannot create (" + ec.message() + ")");
     try {
@@ -289,11 +310,12 @@ void write_directory_atomically(const fs::path& dir, bool force, const std::func
     }
     fs::path old;
     if (fs::exists(target, ec) && !fs::is_empty(target, ec)) {
-        old = parent / ("." + target.filename().string() + ".old-" + std::to_string(::getpid()));
+        old = parent / (hidden + ".old-" + std::to_string(::getpid()));
         fs::rename(target, old, ec);
         if (ec) {
+            const std::string msg = ec.message();
             fs::remove_all(tmp, ec);
-            throw IoError(target.string() + ": cannot replace (" + ec.message() + ")");
+            throw IoError(target.string() + ": cannot replace (" + msg + ")");
         }
     }
     fs::rename(tmp, target, ec);

@@ -94,7 +94,7 @@ Graph build_mha(const MhaConfig& c, const MhaWeights& w) {
         Value v = linear(x, wv, bv).as(h + "V");
         Value kt = transpose(k).as(h + "KT");
         Value s_raw = matmul(q, kt).as(h + "S_raw");
-        Value s = scale(s_raw, 1.0 / std::sqrt(dk)).as(h + "S");
+        Value s = scale(s_raw, std::sqrt(1.0 / dk)).as(h + "S");  // sqrt(0.5) is the double nearest 1/sqrt(2)
         Value a = softmax(s).as(h + "A");
         heads.push_back(matmul(a, v).as(h + "O"));
     }

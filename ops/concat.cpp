@@ -53,6 +53,30 @@ struct Concat {
             offset += len;
         }
     }
+
+    // in the forward pass this was: copy x_i[o, :] into y[o, offset_i : offset_i + len_i]
+    template <class T>
+    static void backward(const Attrs& a, In<T> in, In<T>, In<T> dout, Out<T> din) {
+        const Shape ys(dout[0]->shape().begin(), dout[0]->shape().end());
+        const std::size_t ax = normalize_axis(a.axis, ys.size());
+        std::size_t outer = 1, inner = 1;
+        for (std::size_t i = 0; i < ax; ++i) outer *= ys[i];
+        for (std::size_t i = ax + 1; i < ys.size(); ++i) inner *= ys[i];
+        const std::size_t row = ys[ax] * inner;
+        const T* dy = dout[0]->data();
+        std::size_t offset = 0;
+        for (std::size_t k = 0; k < in.size(); ++k) {
+            const std::size_t len = in[k]->shape()[ax] * inner;
+            if (din[k]) {
+                T* dx = din[k]->data();
+                parallel_chunks(outer, grain_for(len), [&](std::size_t o0, std::size_t o1) {
+                    for (std::size_t o = o0; o < o1; ++o)
+                        for (std::size_t i = 0; i < len; ++i) dx[o * len + i] += dy[o * row + offset + i];
+                });
+            }
+            offset += len;
+        }
+    }
 };
 
 OpDef concat_op() { return make_op_def<Concat>(); }

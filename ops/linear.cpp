@@ -2,6 +2,7 @@
 // Legend: x is (..., in), W is (in, out), b is (out) or (1, out), y is (..., out);
 // M = the number of rows of x once its leading axes are flattened.
 #include "engine/gemm.hpp"
+#include "engine/parallel.hpp"
 #include "ops/common.hpp"
 #include "ops/ops.hpp"
 
@@ -53,6 +54,27 @@ struct Linear {
             T* yd = y.data();
             for (std::size_t i = 0; i < m; ++i)
                 for (std::size_t j = 0; j < n; ++j) yd[i * n + j] += b[j];
+        }
+    }
+
+    // in the forward pass this was: y = x·W + b   (dy is (M, out))
+    template <class T>
+    static void backward(const Attrs&, In<T> in, In<T>, In<T> dout, Out<T> din) {
+        const Array<T>& x = *in[0];
+        const Array<T>& w = *in[1];
+        const T* dy = dout[0]->data();
+        const std::size_t k = w.shape()[0], n = w.shape()[1], m = dout[0]->size() / (n ? n : 1);
+        if (din[0])  // dx (M, in) += dy (M, out) · Wᵀ (out, in)
+            gemm<T>(false, true, m, k, n, T(1), dy, n, w.data(), n, T(1), din[0]->data(), k);
+        if (din[1])  // dW (in, out) += xᵀ (in, M) · dy (M, out)
+            gemm<T>(true, false, k, n, m, T(1), x.data(), k, dy, n, T(1), din[1]->data(), n);
+        if (in.size() == 3 && din[2]) {
+            // db (out) += sum of dy over its rows: each column sums its rows in order 0..M-1
+            T* db = din[2]->data();
+            parallel_chunks(n, grain_for(m), [&](std::size_t j0, std::size_t j1) {
+                for (std::size_t i = 0; i < m; ++i)
+                    for (std::size_t j = j0; j < j1; ++j) db[j] += dy[i * n + j];
+            });
         }
     }
 };

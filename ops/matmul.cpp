@@ -60,6 +60,51 @@ struct MatMul {
             }
         });
     }
+
+    /// For each batch of an operand (after its own batch shape), the output batches that
+    /// read it, in increasing order: a broadcast operand gathers several.
+    static std::vector<std::vector<std::size_t>> readers(const Shape& operand_batch, const Shape& batch) {
+        const auto strides = broadcast_strides(operand_batch, batch);
+        std::vector<std::vector<std::size_t>> r(element_count(operand_batch));
+        for (std::size_t i = 0; i < element_count(batch); ++i) r[broadcast_offset(i, batch, strides)].push_back(i);
+        return r;
+    }
+
+    // in the forward pass this was: c_i (m, n) = a_i (m, k) · b_i (k, n) for every batch i
+    // da_j += sum over the batches i reading a_j of dc_i · b_iᵀ, in increasing i (likewise db)
+    template <class T>
+    static void backward(const Attrs&, In<T> in, In<T>, In<T> dout, Out<T> din) {
+        const Shape as(in[0]->shape().begin(), in[0]->shape().end());
+        const Shape bs(in[1]->shape().begin(), in[1]->shape().end());
+        const Shape cs(dout[0]->shape().begin(), dout[0]->shape().end());
+        const std::size_t m = as[as.size() - 2], k = as.back(), n = bs.back();
+        const Shape batch = batch_of(cs);
+        const auto sa = broadcast_strides(batch_of(as), batch);
+        const auto sb = broadcast_strides(batch_of(bs), batch);
+        const T* a = in[0]->data();
+        const T* b = in[1]->data();
+        const T* dc = dout[0]->data();
+        if (din[0]) {
+            const auto groups = readers(batch_of(as), batch);
+            T* da = din[0]->data();
+            parallel_chunks(groups.size(), 1, [&](std::size_t j0, std::size_t j1) {
+                for (std::size_t j = j0; j < j1; ++j)
+                    for (std::size_t i : groups[j])  // da_j (m, k) += dc_i (m, n) · b_iᵀ (n, k)
+                        gemm<T>(false, true, m, k, n, T(1), dc + i * m * n, n,
+                                b + broadcast_offset(i, batch, sb) * k * n, n, T(1), da + j * m * k, k);
+            });
+        }
+        if (din[1]) {
+            const auto groups = readers(batch_of(bs), batch);
+            T* db = din[1]->data();
+            parallel_chunks(groups.size(), 1, [&](std::size_t j0, std::size_t j1) {
+                for (std::size_t j = j0; j < j1; ++j)
+                    for (std::size_t i : groups[j])  // db_j (k, n) += a_iᵀ (k, m) · dc_i (m, n)
+                        gemm<T>(true, false, k, n, m, T(1), a + broadcast_offset(i, batch, sa) * m * k, k,
+                                dc + i * m * n, n, T(1), db + j * k * n, n);
+            });
+        }
+    }
 };
 
 OpDef matmul_op() { return make_op_def<MatMul>(); }

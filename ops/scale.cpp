@@ -17,7 +17,8 @@ struct Scale {
     using Attrs = ScaleAttrs;
 
     static Shape infer_shape(const Attrs& a, const std::vector<Shape>& in) {
-        if (!std::isfinite(a.factor.value)) throw ShapeError("factor must be finite");
+        if (!std::isfinite(a.factor.value))
+            throw GraphError("attribute 'factor' must be finite, got " + format_number(a.factor.value));
         return in[0];
     }
 
@@ -32,6 +33,17 @@ struct Scale {
         T* y = out[0]->data();
         const std::size_t n = in[0]->size();
         for (std::size_t i = 0; i < n; ++i) y[i] = f * x[i];
+    }
+
+    // in the forward pass this was: y[i] = f * x[i]
+    template <class T>
+    static void backward(const Attrs& a, In<T>, In<T>, In<T> dout, Out<T> din) {
+        if (!din[0]) return;
+        const T f = static_cast<T>(a.factor.value);
+        const T* dy = dout[0]->data();
+        T* dx = din[0]->data();
+        const std::size_t n = dout[0]->size();
+        for (std::size_t i = 0; i < n; ++i) dx[i] += f * dy[i];
     }
 };
 

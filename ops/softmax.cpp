@@ -68,6 +68,30 @@ struct Softmax {
             }
         });
     }
+
+    // in the forward pass this was: y_i = exp(x_i - max) / sum_j exp(x_j - max), per row
+    // dx_i += y_i · (dy_i - sum_j y_j · dy_j)   (a fully masked row has y = 0, so dx = 0)
+    template <class T>
+    static void backward(const Attrs& a, In<T>, In<T> out, In<T> dout, Out<T> din) {
+        if (!din[0]) return;
+        const Shape shape(out[0]->shape().begin(), out[0]->shape().end());
+        const Layout l = layout(shape, a.axis);
+        const T* y = out[0]->data();
+        const T* dy = dout[0]->data();
+        T* dx = din[0]->data();
+        const std::size_t rows = l.outer * l.inner;
+        parallel_chunks(rows, grain_for(l.len * 4), [&](std::size_t r0, std::size_t r1) {
+            for (std::size_t r = r0; r < r1; ++r) {
+                const std::size_t base = (r / l.inner) * l.len * l.inner + r % l.inner;
+                T dot = 0;
+                for (std::size_t i = 0; i < l.len; ++i) dot += y[base + i * l.inner] * dy[base + i * l.inner];
+                for (std::size_t i = 0; i < l.len; ++i) {
+                    const std::size_t at = base + i * l.inner;
+                    dx[at] += y[at] * (dy[at] - dot);
+                }
+            }
+        });
+    }
 };
 
 OpDef softmax_op() { return make_op_def<Softmax>(); }

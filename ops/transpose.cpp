@@ -59,6 +59,10 @@ struct Transpose {
         Array<T>& y = *out[0];
         const std::size_t rank = x.dimension();
         const auto p = permutation(a, rank);
+        if (rank == 0) {  // a scalar with perm []
+            y.data()[0] = x.data()[0];
+            return;
+        }
         // y[i0..] = x[...]: walk y in order; stride of y's axis i in x is x.stride[p[i]]
         std::vector<std::size_t> xs(rank), ys(rank);
         for (std::size_t i = 0; i < rank; ++i) {
@@ -78,6 +82,41 @@ struct Transpose {
                 }
                 const std::size_t step = rank ? xs[rank - 1] : 0;
                 for (std::size_t c = 0; c < cols; ++c) yd[r * cols + c] = xd[off + c * step];
+            }
+        });
+    }
+
+    // in the forward pass this was: y[r * cols + c] = x[off + c * step]
+    // (dx gets dy scattered back; every element of x is reached from exactly one of y)
+    template <class T>
+    static void backward(const Attrs& a, In<T>, In<T>, In<T> dout, Out<T> din) {
+        if (!din[0]) return;
+        const Array<T>& dy = *dout[0];
+        Array<T>& dx = *din[0];
+        const std::size_t rank = dx.dimension();
+        if (rank == 0) {
+            dx() += dy();
+            return;
+        }
+        const auto p = permutation(a, rank);
+        std::vector<std::size_t> xs(rank), ys(rank);
+        for (std::size_t i = 0; i < rank; ++i) {
+            xs[i] = static_cast<std::size_t>(dx.strides()[p[i]]);
+            ys[i] = dy.shape()[i];
+        }
+        const std::size_t rows = rank ? dy.size() / (ys[rank - 1] ? ys[rank - 1] : 1) : 1;
+        const std::size_t cols = rank ? ys[rank - 1] : 1;
+        const T* dyd = dy.data();
+        T* dxd = dx.data();
+        parallel_chunks(rows, grain_for(cols), [&](std::size_t r0, std::size_t r1) {
+            for (std::size_t r = r0; r < r1; ++r) {
+                std::size_t off = 0, rem = r;
+                for (std::size_t i = rank - 1; i-- > 0;) {
+                    off += (rem % ys[i]) * xs[i];
+                    rem /= ys[i];
+                }
+                const std::size_t step = rank ? xs[rank - 1] : 0;
+                for (std::size_t c = 0; c < cols; ++c) dxd[off + c * step] += dyd[r * cols + c];
             }
         });
     }

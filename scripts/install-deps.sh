@@ -5,7 +5,7 @@ set -euo pipefail
 packages=(cmake ninja-build g++ ccache pkg-config
   libxtensor-dev xtl-dev libxsimd-dev libxtensor-blas-dev libopenblas-dev libtbb-dev
   libboost-dev libboost-test-dev nlohmann-json3-dev libcli11-dev libbenchmark-dev
-  python3-numpy "$@")
+  python3-numpy graphviz "$@")
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,0 +1,372 @@
+#include "engine/autodiff.hpp"
+
+#include <atomic>
+#include <chrono>
+#include <fstream>
+#include <mutex>
+#include <thread>
+
+#include <tbb/task_arena.h>
+#include <tbb/task_group.h>
+
+#include "engine/error.hpp"
+#include "engine/npy.hpp"
+#include "engine/parallel.hpp"
+
+namespace attngraph {
+
+namespace fs = std::filesystem;
+
+const Tensor& Gradients::at(const std::string& name) const {
+    auto it = m_by_name.find(name);
+    if (it == m_by_name.end()) throw GraphError("no gradient was computed for '" + name + "' (not requested)");
+    return *it->second;
+}
+
+void Gradients::add(const std::string& name, std::shared_ptr<const Tensor> grad) {
+    if (!m_by_name.count(name)) m_names.push_back(name);
+    m_by_name[name] = std::move(grad);
+}
+
+namespace {
+
+// Backward passes with less work than this run inline on the calling thread (as the
+// executor does for the forward).
+constexpr std::size_t inline_work_limit = 1 << 16;
+
+template <class T>
+Array<T> zeros_like_shape(const Shape& s) {
+    return Array<T>(typename Array<T>::shape_type(s.begin(), s.end()), T(0));
+}
+
+// What the backward pass of one graph does, decided before any arithmetic.
+struct BackwardPlan {
+    std::vector<bool> requested;  // value id -> the caller wants its gradient
+    std::vector<bool> runs;       // node index -> its backward runs
+    // value id -> the (node, input slot) pairs that add into its gradient, in node order
+    std::vector<std::vector<std::pair<std::size_t, std::size_t>>> edges;
+    // node index -> input slot -> position in edges[input], -1: no gradient for that slot
+    std::vector<std::vector<int>> slot_edge;
+    std::size_t work = 0;
+};
+
+BackwardPlan make_backward_plan(const Graph& g, const std::vector<bool>& requested) {
+    const auto& values = g.values();
+    const auto& nodes = g.nodes();
+    BackwardPlan p;
+    p.requested = requested;
+    // needs[v]: v is requested or computed from a requested value (its gradient is on a path)
+    std::vector<bool> needs = requested;
+    for (const Node& n : nodes) {
+        bool any = false;
+        for (int id : n.inputs) any = any || needs[static_cast<std::size_t>(id)];
+        if (any)
+            for (int id : n.outputs) needs[static_cast<std::size_t>(id)] = true;
+    }
+    // reaches[v]: some output is computed from v (its gradient can be non-zero)
+    std::vector<bool> reaches(values.size(), false);
+    for (int id : g.outputs()) reaches[static_cast<std::size_t>(id)] = true;
+    p.runs.assign(nodes.size(), false);
+    for (std::size_t i = nodes.size(); i-- > 0;) {
+        const Node& n = nodes[i];
+        bool out_reaches = false, in_needs = false;
+        for (int id : n.outputs) out_reaches = out_reaches || reaches[static_cast<std::size_t>(id)];
+        for (int id : n.inputs) in_needs = in_needs || needs[static_cast<std::size_t>(id)];
+        if (out_reaches)
+            for (int id : n.inputs) reaches[static_cast<std::size_t>(id)] = true;
+        p.runs[i] = out_reaches && in_needs;
+    }
+    p.edges.resize(values.size());
+    p.slot_edge.resize(nodes.size());
+    for (std::size_t i = 0; i < nodes.size(); ++i) {
+        const Node& n = nodes[i];
+        p.slot_edge[i].assign(n.inputs.size(), -1);
+        if (!p.runs[i]) continue;
+        if (!n.op->backward<float>() || !n.op->backward<double>())
+            throw GraphError("node '" + n.name + "' (" + n.op->name + ") has no backward: graph '" + g.name() +
+                             "' cannot be differentiated through it");
+        for (std::size_t k = 0; k < n.inputs.size(); ++k) {
+            const auto v = static_cast<std::size_t>(n.inputs[k]);
+            if (!needs[v]) continue;
+            p.slot_edge[i][k] = static_cast<int>(p.edges[v].size());
+            p.edges[v].emplace_back(i, k);
+            p.work += element_count(values[v].shape);
+        }
+        for (int id : n.outputs) p.work += element_count(values[static_cast<std::size_t>(id)].shape);
+    }
+    return p;
+}
+
+template <class T>
+class BackwardRun {
+public:
+    BackwardRun(const Graph& g, const RunResult& fwd, const BackwardPlan& plan, std::map<int, Tensor> seeds)
+        : m_graph(g), m_plan(plan) {
+        const auto& values = g.values();
+        const auto& nodes = g.nodes();
+        m_grad.resize(values.size());
+        m_has.assign(values.size(), 0);
+        m_extra.resize(values.size());
+        m_forward.resize(values.size(), nullptr);
+        m_remaining = std::make_unique<std::atomic<int>[]>(values.size());
+        m_pending = std::make_unique<std::atomic<int>[]>(nodes.size());
+        m_seconds.assign(nodes.size(), -1.0);
+        for (std::size_t v = 0; v < values.size(); ++v) {
+            m_remaining[v] = static_cast<int>(plan.edges[v].size());
+            if (!plan.edges[v].empty()) m_extra[v].resize(plan.edges[v].size() - 1);
+            if (fwd.values[v] && fwd.values[v]->dtype() != dtype_of<T>())
+                throw GraphError("forward value '" + values[v].name + "' is " + to_string(fwd.values[v]->dtype()) +
+                                 " but graph '" + g.name() + "' computes in " + to_string(dtype_of<T>()) +
+                                 ": not a run of this graph");
+            if (fwd.values[v])
+                m_forward[v] = &fwd.values[v]->as<T>();
+            else if (values[v].data)
+                m_forward[v] = &values[v].data->as<T>();
+        }
+        for (auto& [id, g_tensor] : seeds) {
+            m_grad[static_cast<std::size_t>(id)] = std::move(g_tensor.template as<T>());
+            m_has[static_cast<std::size_t>(id)] = 1;
+        }
+        for (std::size_t i = 0; i < nodes.size(); ++i) {
+            if (!plan.runs[i]) continue;
+            int pending = 0;
+            for (int id : nodes[i].outputs) pending += !plan.edges[static_cast<std::size_t>(id)].empty();
+            m_pending[i] = pending;
+            for (int id : nodes[i].inputs) need_forward(nodes[i], id);
+            for (int id : nodes[i].outputs) need_forward(nodes[i], id);
+        }
+    }
+
+    void execute_all(bool parallel) {
+        const auto& nodes = m_graph.nodes();
+        if (parallel) {
+            m_group = std::make_unique<tbb::task_group>();
+            for (std::size_t i = nodes.size(); i-- > 0;)
+                if (m_plan.runs[i] && m_pending[i] == 0) m_group->run([this, i] { execute(i); });
+            m_group->wait();
+        } else {
+            for (std::size_t i = nodes.size(); i-- > 0 && !m_stop;)
+                if (m_plan.runs[i]) execute(i);
+        }
+        if (m_error) std::rethrow_exception(m_error);
+    }
+
+    Gradients result() {
+        Gradients out;
+        const auto& values = m_graph.values();
+        for (std::size_t v = 0; v < values.size(); ++v) {
+            if (!m_plan.requested[v]) continue;
+            Array<T> g = m_has[v] ? std::move(m_grad[v]) : zeros_like_shape<T>(values[v].shape);
+            out.add(values[v].name, std::make_shared<const Tensor>(std::move(g)));
+        }
+        for (std::size_t i = 0; i < m_seconds.size(); ++i)
+            if (m_seconds[i] >= 0) out.set_seconds(m_graph.nodes()[i].name, m_seconds[i]);
+        return out;
+    }
+
+private:
+    void need_forward(const Node& node, int id) {
+        const auto v = static_cast<std::size_t>(id);
+        const ValueInfo& info = m_graph.value(id);
+        if (!m_forward[v])
+            throw GraphError("backward of node '" + node.name + "' (" + node.op->name + ") needs value '" + info.name +
+                             "', which the forward run did not keep (run with keep_all)");
+        const Shape have(m_forward[v]->shape().begin(), m_forward[v]->shape().end());
+        if (have != info.shape)
+            throw ShapeError("forward value '" + info.name + "' is " + shape_str(have) + " but graph '" +
+                             m_graph.name() + "' has it " + shape_str(info.shape) + ": not a run of this graph");
+    }
+
+    void allocate(std::size_t v) {
+        if (m_has[v]) return;
+        m_grad[v] = zeros_like_shape<T>(m_graph.values()[v].shape);
+        m_has[v] = 1;
+    }
+
+    void execute(std::size_t i) {
+        if (m_stop) return;
+        try {
+            const Node& node = m_graph.nodes()[i];
+            const auto t0 = std::chrono::steady_clock::now();
+            std::vector<const Array<T>*> in, out, dout;
+            std::vector<Array<T>*> din;
+            for (int id : node.inputs) in.push_back(m_forward[static_cast<std::size_t>(id)]);
+            for (int id : node.outputs) {
+                const auto v = static_cast<std::size_t>(id);
+                out.push_back(m_forward[v]);
+                allocate(v);
+                dout.push_back(&m_grad[v]);
+            }
+            for (std::size_t k = 0; k < node.inputs.size(); ++k) {
+                const auto v = static_cast<std::size_t>(node.inputs[k]);
+                const int e = m_plan.slot_edge[i][k];
+                if (e < 0) {
+                    din.push_back(nullptr);
+                    continue;
+                }
+                // the first consumer adds into the gradient itself, the others into their own buffers
+                if (e == 0) {
+                    allocate(v);
+                    din.push_back(&m_grad[v]);
+                } else {
+                    Array<T>& part = m_extra[v][static_cast<std::size_t>(e - 1)];
+                    part = zeros_like_shape<T>(m_graph.values()[v].shape);
+                    din.push_back(&part);
+                }
+            }
+            node.op->backward<T>()(node.attrs, In<T>(in), In<T>(out), In<T>(dout), Out<T>(din));
+            m_seconds[i] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+            for (int id : node.outputs) {
+                const auto v = static_cast<std::size_t>(id);
+                if (m_plan.requested[v]) continue;
+                m_grad[v] = Array<T>();
+                m_has[v] = 0;
+            }
+            for (std::size_t k = 0; k < node.inputs.size(); ++k)
+                if (m_plan.slot_edge[i][k] >= 0) contributed(static_cast<std::size_t>(node.inputs[k]));
+        } catch (...) {
+            std::lock_guard<std::mutex> lock(m_error_mutex);
+            if (!m_error) m_error = std::current_exception();
+            m_stop = true;
+        }
+    }
+
+    // One consumer of v has added its part; the last one sums the parts in consumer order.
+    void contributed(std::size_t v) {
+        if (--m_remaining[v] != 0) return;
+        auto& extra = m_extra[v];
+        if (!extra.empty()) {
+            T* g = m_grad[v].data();
+            parallel_chunks(m_grad[v].size(), 1 << 14, [&](std::size_t b, std::size_t e) {
+                for (const Array<T>& part : extra) {
+                    const T* p = part.data();
+                    for (std::size_t j = b; j < e; ++j) g[j] += p[j];
+                }
+            });
+            for (Array<T>& part : extra) part = Array<T>();
+        }
+        const int producer = m_graph.values()[v].producer;
+        if (producer < 0 || !m_plan.runs[static_cast<std::size_t>(producer)]) return;
+        if (--m_pending[static_cast<std::size_t>(producer)] == 0 && m_group) {
+            const auto p = static_cast<std::size_t>(producer);
+            m_group->run([this, p] { execute(p); });
+        }
+    }
+
+    const Graph& m_graph;
+    const BackwardPlan& m_plan;
+    std::vector<Array<T>> m_grad;                // value id -> dL/dv (empty until needed)
+    std::vector<unsigned char> m_has;            // value id -> m_grad holds it (bytes: set concurrently)
+    std::vector<std::vector<Array<T>>> m_extra;  // value id -> parts of consumers 1, 2, ...
+    std::vector<const Array<T>*> m_forward;
+    std::unique_ptr<std::atomic<int>[]> m_remaining;  // value id -> consumers still to add
+    std::unique_ptr<std::atomic<int>[]> m_pending;    // node index -> outputs still incomplete
+    std::vector<double> m_seconds;
+    std::unique_ptr<tbb::task_group> m_group;
+    std::atomic<bool> m_stop{false};
+    std::mutex m_error_mutex;
+    std::exception_ptr m_error;
+};
+
+std::string names_of(const Graph& g, const std::vector<int>& ids) {
+    std::string s;
+    for (int id : ids) s += (s.empty() ? "" : ", ") + g.value(id).name;
+    return s;
+}
+
+}  // namespace
+
+Gradients backward(const Graph& graph, const RunResult& forward, const std::map<std::string, Tensor>& output_grads,
+                   const BackwardOptions& options) {
+    if (!forward.complete)
+        throw GraphError("backward of graph '" + graph.name() + "': the forward run stopped at node '" +
+                         forward.stopped_at + "'");
+    if (forward.values.size() != graph.values().size())
+        throw GraphError("backward of graph '" + graph.name() + "': the forward run is of another graph");
+    if (options.threads < 0) throw Error("thread count must be positive, got " + std::to_string(options.threads));
+
+    std::vector<bool> requested(graph.values().size(), options.wrt.empty());
+    for (const auto& name : options.wrt) {
+        const int id = graph.find(name);
+        if (id < 0)
+            throw GraphError("gradient requested for '" + name + "': graph '" + graph.name() +
+                             "' has no tensor or node of that name");
+        requested[static_cast<std::size_t>(id)] = true;
+    }
+
+    std::map<int, Tensor> seeds;
+    for (const auto& [name, g] : output_grads) {
+        const int id = graph.find(name);
+        bool is_output = false;
+        for (int o : graph.outputs()) is_output = is_output || o == id;
+        if (!is_output)
+            throw GraphError("output gradient given for '" + name + "', which is not an output of graph '" +
+                             graph.name() + "' (outputs: " + names_of(graph, graph.outputs()) + ")");
+        const Shape& want = graph.value(id).shape;
+        if (g.shape() != want)
+            throw ShapeError("output gradient for '" + name + "' is " + shape_str(g.shape()) + " but the output is " +
+                             shape_str(want));
+        seeds[id] = g.cast(graph.dtype());
+    }
+    for (int id : graph.outputs()) {
+        if (seeds.count(id)) continue;
+        const Shape& s = graph.value(id).shape;
+        if (graph.dtype() == DType::f32)
+            seeds[id] = Tensor(Array<float>(Array<float>::shape_type(s.begin(), s.end()), 1.0f));
+        else
+            seeds[id] = Tensor(Array<double>(Array<double>::shape_type(s.begin(), s.end()), 1.0));
+    }
+
+    const BackwardPlan plan = make_backward_plan(graph, requested);
+    const int threads =
+        options.threads > 0 ? options.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    const bool parallel = threads > 1 && plan.work > inline_work_limit;
+    Gradients result;
+    tbb::task_arena arena(threads);
+    arena.execute([&] {
+        if (graph.dtype() == DType::f32) {
+            BackwardRun<float> run(graph, forward, plan, std::move(seeds));
+            run.execute_all(parallel);
+            result = run.result();
+        } else {
+            BackwardRun<double> run(graph, forward, plan, std::move(seeds));
+            run.execute_all(parallel);
+            result = run.result();
+        }
+    });
+    return result;
+}
+
+// ---- gradient traces -------------------------------------------------------------------
+
+nlohmann::json grad_trace_manifest(const Trace& trace, const Gradients& grads, const std::string& loss) {
+    nlohmann::json j = trace_manifest(trace, TraceFormat::npy);
+    for (auto& r : j["entries"]) {
+        const std::string name = r["name"].get<std::string>();
+        if (!grads.contains(name)) continue;
+        r["grad"] = "grad/" + name + ".npy";
+        auto it = grads.seconds().find(name);
+        if (it != grads.seconds().end()) r["grad_seconds"] = it->second;
+    }
+    j["loss"] = loss;
+    j["grads"] = grads.names();
+    return j;
+}
+
+void write_grad_trace(const Trace& trace, const Gradients& grads, const std::string& loss, const fs::path& dir,
+                      bool force) {
+    write_directory_atomically(dir, force, [&](const fs::path& tmp) {
+        for (const auto& e : trace.entries)
+            if (e.data) save_npy(tmp / (e.name + ".npy"), *e.data);
+        std::error_code ec;
+        fs::create_directory(tmp / "grad", ec);
+        if (ec) throw IoError((tmp / "grad").string() + ": cannot create (" + ec.message() + ")");
+        for (const auto& name : grads.names()) save_npy(tmp / "grad" / (name + ".npy"), grads.at(name));
+        std::ofstream out(tmp / "manifest.json", std::ios::binary);
+        out << grad_trace_manifest(trace, grads, loss).dump(2) << "\n";
+        out.close();
+        if (!out) throw IoError((tmp / "manifest.json").string() + ": write failed");
+    });
+}
+
+}  // namespace attngraph

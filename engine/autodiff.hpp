@@ -1,0 +1,69 @@
+#pragma once
+// Reverse-mode autodiff over a finished forward run. For output gradients G (all ones by
+// default) it computes the gradient of the scalar L = sum over outputs of sum(G ⊙ output)
+// with respect to any values of the graph — input and param tensors and node outputs —
+// by calling each node's op backward (ops/<name>.cpp) once its outputs' gradients are
+// complete. Independent branches (the heads) run their backward in parallel on oneTBB;
+// where a value feeds several nodes, each consumer adds into its own buffer and the
+// buffers are summed in consumer order, so the gradients are bit-identical for any thread
+// count. Only the nodes on a path from a requested value to an output run their backward.
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/executor.hpp"
+#include "engine/graph.hpp"
+#include "engine/trace.hpp"
+
+namespace attngraph {
+
+/// @brief Which gradients to compute and how to run.
+struct BackwardOptions {
+    std::vector<std::string> wrt;  ///< value names (tensors or nodes); empty: every value
+    int threads = 0;               ///< 0: every core of the machine
+};
+
+/// @brief The gradients dL/dv of one backward pass, by value name.
+class Gradients {
+public:
+    /// dL/d`name`; throws GraphError when `name` was not requested (or is not in the graph).
+    const Tensor& at(const std::string& name) const;
+    bool contains(const std::string& name) const { return m_by_name.count(name) != 0; }
+    /// The requested names, in the graph's value order.
+    const std::vector<std::string>& names() const { return m_names; }
+    /// Wall time of each node's backward, by node name (nodes that ran only).
+    const std::map<std::string, double>& seconds() const { return m_seconds; }
+
+    void add(const std::string& name, std::shared_ptr<const Tensor> grad);
+    void set_seconds(const std::string& node, double s) { m_seconds[node] = s; }
+
+private:
+    std::vector<std::string> m_names;
+    std::map<std::string, std::shared_ptr<const Tensor>> m_by_name;
+    std::map<std::string, double> m_seconds;
+};
+
+/// @brief Runs the backward pass of `graph` over `forward`, a complete run of the same graph
+/// made with RunOptions::keep_all. `output_grads` maps output names to G (the output's
+/// shape; converted to the graph's dtype); an output left out gets all ones.
+/// Throws GraphError (unknown name, not an output, value not kept, op without backward)
+/// or ShapeError (G of the wrong shape).
+Gradients backward(const Graph& graph, const RunResult& forward, const std::map<std::string, Tensor>& output_grads = {},
+                   const BackwardOptions& options = {});
+
+/// @brief manifest.json of a gradient trace: the forward trace's manifest (format npy) where
+/// every entry with a gradient gets "grad": "grad/<name>.npy", plus a "grads" list of those
+/// names and "loss" describing L.
+nlohmann::json grad_trace_manifest(const Trace& trace, const Gradients& grads, const std::string& loss);
+
+/// @brief Writes the forward trace (<name>.npy) and every gradient (grad/<name>.npy) with
+/// their manifest into `dir` atomically (write_directory_atomically): an existing non-empty
+/// `dir` is refused unless `force`, and nothing is left behind on error.
+void write_grad_trace(const Trace& trace, const Gradients& grads, const std::string& loss,
+                      const std::filesystem::path& dir, bool force);
+
+}  // namespace attngraph

@@ -1,0 +1,372 @@
+// The executor: bit-identical results at 1, 2, 4 and 8 threads on graphs large enough for
+// the parallel path (and on the seed, which runs inline), what a run keeps (trace_only
+// globs, released intermediates, keep_all), check_finite, errors from inside an op.
+#include <cmath>
+#include <limits>
+#include <map>
+
+#include <boost/test/data/test_case.hpp>
+#include <boost/test/unit_test.hpp>
+
+#include "engine/error.hpp"
+#include "engine/executor.hpp"
+#include "engine/graph_file.hpp"
+#include "engine/trace.hpp"
+#include "graphs/mha.hpp"
+#include "ops/ops.hpp"
+#include "support/helpers.hpp"
+#include "support/op_helpers.hpp"
+
+using namespace attngraph;
+using namespace attngraph::test;
+namespace bdata = boost::unit_test::data;
+
+namespace {
+
+graphs::MhaConfig big_config(DType dtype, std::size_t batch = 0) {
+    graphs::MhaConfig c;
+    c.seq = 256;
+    c.d_model = 128;
+    c.heads = 4;
+    c.batch = batch;
+    c.dtype = dtype;
+    c.seed = 42;
+    c.name = "mha_big";
+    return c;
+}
+
+// The graphs of the thread-count test, each run once at 1 thread as the reference.
+struct Reference {
+    Graph graph;
+    RunResult result;
+};
+const std::map<std::string, Reference>& references() {
+    static const std::map<std::string, Reference> refs = [] {
+        std::map<std::string, Reference> m;
+        RunOptions o;
+        o.threads = 1;
+        o.keep_all = true;
+        auto add = [&](const std::string& name, Graph g) {
+            RunResult r = run(g, o);
+            m.emplace(name, Reference{std::move(g), std::move(r)});
+        };
+        add("mha n=256 f32", graphs::build_mha(big_config(DType::f32)));
+        add("mha n=256 f64", graphs::build_mha(big_config(DType::f64)));
+        add("mha batch=2 n=256 f32", graphs::build_mha(big_config(DType::f32, 2)));
+        add("seed n=3", load_graph(seed_graph()));
+        return m;
+    }();
+    return refs;
+}
+
+std::size_t total_output_elements(const Graph& g) {
+    std::size_t n = 0;
+    for (const auto& node : g.nodes())
+        for (int id : node.outputs) n += element_count(g.value(id).shape);
+    return n;
+}
+
+// Multi-head self-attention in plain loops, in double: the executor's f64 result must match.
+std::vector<double> mha_reference(const graphs::MhaWeights& w, std::size_t n, std::size_t d, std::size_t h) {
+    const std::size_t dk = d / h;
+    auto at = [](const Tensor& t, std::size_t i) { return t.at_flat(i); };
+    std::vector<double> concat(n * d);
+    for (std::size_t head = 0; head < h; ++head) {
+        std::vector<double> q(n * dk), k(n * dk), v(n * dk);
+        for (std::size_t r = 0; r < n; ++r)
+            for (std::size_t j = 0; j < dk; ++j) {
+                double sq = at(w.bq[head], j), sk = at(w.bk[head], j), sv = at(w.bv[head], j);
+                for (std::size_t i = 0; i < d; ++i) {
+                    const double x = at(w.x, r * d + i);
+                    sq += x * at(w.wq[head], i * dk + j);
+                    sk += x * at(w.wk[head], i * dk + j);
+                    sv += x * at(w.wv[head], i * dk + j);
+                }
+                q[r * dk + j] = sq;
+                k[r * dk + j] = sk;
+                v[r * dk + j] = sv;
+            }
+        for (std::size_t r = 0; r < n; ++r) {
+            std::vector<double> s(n);
+            double mx = -INFINITY, sum = 0;
+            for (std::size_t c = 0; c < n; ++c) {
+                double dot = 0;
+                for (std::size_t j = 0; j < dk; ++j) dot += q[r * dk + j] * k[c * dk + j];
+                s[c] = dot / std::sqrt(static_cast<double>(dk));
+                mx = std::max(mx, s[c]);
+            }
+            for (auto& x : s) sum += (x = std::exp(x - mx));
+            for (std::size_t j = 0; j < dk; ++j) {
+                double o = 0;
+                for (std::size_t c = 0; c < n; ++c) o += s[c] / sum * v[c * dk + j];
+                concat[r * d + head * dk + j] = o;
+            }
+        }
+    }
+    std::vector<double> y(n * d);
+    for (std::size_t r = 0; r < n; ++r)
+        for (std::size_t j = 0; j < d; ++j) {
+            double s = at(w.bo, j);
+            for (std::size_t i = 0; i < d; ++i) s += concat[r * d + i] * at(w.wo, i * d + j);
+            y[r * d + j] = s;
+        }
+    return y;
+}
+
+}  // namespace
+
+namespace {
+
+// An op whose forward throws, to see errors cross the worker threads.
+struct FailingAttrs {};
+}  // namespace
+BOOST_HANA_ADAPT_STRUCT(FailingAttrs);
+namespace {
+struct Failing {
+    static constexpr const char* name = "TestFailing";
+    static constexpr int min_inputs = 1, max_inputs = 1;
+    using Attrs = FailingAttrs;
+    static Shape infer_shape(const Attrs&, const std::vector<Shape>& in) { return in[0]; }
+    static std::string formula(const Attrs&, const std::vector<std::string>& v) { return "fail(" + v[0] + ")"; }
+    template <class T>
+    static void forward(const Attrs&, In<T>, Out<T>) {
+        throw IoError("TestFailing always fails");
+    }
+};
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(executor)
+
+BOOST_DATA_TEST_CASE(bit_identical_for_any_thread_count, bdata::make({1, 2, 4, 8}), threads) {
+    for (const auto& [label, ref] : references()) {
+        BOOST_TEST_CONTEXT(label << " at " << threads << " threads") {
+            RunOptions o;
+            o.threads = threads;
+            o.keep_all = true;
+            const RunResult r = run(ref.graph, o);
+            BOOST_TEST(r.complete);
+            std::size_t compared = 0;
+            for (std::size_t id = 0; id < ref.graph.values().size(); ++id) {
+                BOOST_TEST_REQUIRE(r.values[id] != nullptr);
+                BOOST_TEST((*r.values[id] == *ref.result.values[id]), "value " << ref.graph.values()[id].name);
+                ++compared;
+            }
+            BOOST_TEST(compared == ref.graph.values().size());
+            // the same Executor run twice gives the same bits too
+            Executor ex(threads);
+            BOOST_TEST(ex.threads() == threads);
+            const RunResult a = ex.run(ref.graph, o), b = ex.run(ref.graph, o);
+            const int y = ref.graph.outputs().at(0);
+            BOOST_TEST((*a.values[static_cast<std::size_t>(y)] == *b.values[static_cast<std::size_t>(y)]));
+            BOOST_TEST((*a.values[static_cast<std::size_t>(y)] == *ref.result.values[static_cast<std::size_t>(y)]));
+        }
+    }
+}
+
+BOOST_AUTO_TEST_CASE(big_graphs_take_the_parallel_path_and_seed_does_not) {
+    // the executor runs graphs with fewer than 65536 output elements inline
+    BOOST_TEST(total_output_elements(references().at("mha n=256 f32").graph) > 65536u);
+    BOOST_TEST(total_output_elements(references().at("mha batch=2 n=256 f32").graph) > 65536u);
+    BOOST_TEST(total_output_elements(references().at("seed n=3").graph) < 65536u);
+}
+
+BOOST_DATA_TEST_CASE(big_graph_matches_plain_loops, bdata::make({1, 4}), threads) {
+    const auto c = big_config(DType::f64);
+    const auto w = graphs::random_mha_weights(c);
+    const Graph g = graphs::build_mha(c, w);
+    RunOptions o;
+    o.threads = threads;
+    const RunResult r = run(g, o);
+    const Tensor& y = r.at(g, "Y");
+    const auto want = mha_reference(w, c.seq, c.d_model, c.heads);
+    BOOST_TEST_REQUIRE(y.size() == want.size());
+    double worst = 0;
+    for (std::size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::abs(y.at_flat(i) - want[i]));
+    BOOST_TEST(worst < 1e-12);
+    // and f32 within f32 rounding
+    auto c32 = c;
+    c32.dtype = DType::f32;
+    const Graph g32 = graphs::build_mha(c32, graphs::random_mha_weights(c32));
+    const RunResult r32 = run(g32, o);
+    const Tensor& y32 = r32.at(g32, "Y");
+    worst = 0;
+    for (std::size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::abs(y32.at_flat(i) - want[i]));
+    BOOST_TEST(worst < 1e-5);
+}
+
+BOOST_DATA_TEST_CASE(trace_only_keeps_exactly_the_matching_values, bdata::make({1, 4}), threads) {
+    for (const std::string label : {"seed n=3", "mha n=256 f32"}) {
+        const Graph& g = references().at(label).graph;
+        const std::vector<std::string> globs = {"head1.*", "O_con?at"};
+        RunOptions o;
+        o.threads = threads;
+        o.trace = true;
+        o.trace_only = globs;
+        const RunResult r = run(g, o);
+        const int y = g.at("Y");
+        std::size_t kept = 0;
+        for (std::size_t id = 0; id < g.values().size(); ++id) {
+            const std::string& name = g.values()[id].name;
+            const bool match = name.rfind("head1.", 0) == 0 || name == "O_concat";
+            BOOST_TEST_CONTEXT(label << ": " << name) {
+                BOOST_TEST((r.values[id] != nullptr) == (match || static_cast<int>(id) == y));
+            }
+            kept += match;
+        }
+        BOOST_TEST(kept == 8u + 6u + 1u);  // head1's eight nodes and six tensors, O_concat
+        // the trace holds the matching names only (the output is kept for printing, not traced)
+        const Trace t = make_trace(g, r, globs);
+        BOOST_TEST(t.entries.size() == kept);
+        BOOST_TEST(t.find("Y") == nullptr);
+        BOOST_TEST(t.find("head2.A") == nullptr);
+        BOOST_TEST_REQUIRE(t.find("head1.A") != nullptr);
+        BOOST_TEST(t.find("head1.A")->op == "Softmax");
+        BOOST_TEST(t.find("head1.Wq")->kind == "param");
+        // kept values are the same bits as a keep-all run
+        const RunResult& all = references().at(label).result;
+        for (std::size_t id = 0; id < g.values().size(); ++id)
+            if (r.values[id]) BOOST_TEST((*r.values[id] == *all.values[id]));
+    }
+}
+
+BOOST_DATA_TEST_CASE(untraced_intermediates_are_released, bdata::make({1, 4}), threads) {
+    for (const std::string label : {"seed n=3", "mha n=256 f64"}) {
+        const Graph& g = references().at(label).graph;
+        RunOptions o;
+        o.threads = threads;
+        const RunResult r = run(g, o);
+        const int y = g.at("Y");
+        for (std::size_t id = 0; id < g.values().size(); ++id)
+            BOOST_TEST_CONTEXT(label << ": " << g.values()[id].name) {
+                BOOST_TEST((r.values[id] != nullptr) == (static_cast<int>(id) == y));
+            }
+        BOOST_TEST((r.at(g, "Y") == *references().at(label).result.values[static_cast<std::size_t>(y)]));
+        BOOST_CHECK_THROW(r.at(g, "head1.A"), GraphError);
+        BOOST_CHECK_THROW(r.at(g, "no.such.name"), GraphError);
+        // every node was timed
+        BOOST_TEST(r.seconds.size() == g.nodes().size());
+        for (double s : r.seconds) BOOST_TEST(s >= 0);
+        // trace = true without globs keeps everything, like keep_all
+        o.trace = true;
+        const RunResult t = run(g, o);
+        for (std::size_t id = 0; id < g.values().size(); ++id) BOOST_TEST(t.values[id] != nullptr);
+    }
+}
+
+BOOST_AUTO_TEST_CASE(keep_all_keeps_every_value) {
+    const Graph& g = references().at("seed n=3").graph;
+    RunOptions o;
+    o.keep_all = true;
+    o.trace = true;
+    o.trace_only = {"nothing*"};  // keep_all wins over the globs
+    const RunResult r = run(g, o);
+    BOOST_TEST(r.values.size() == g.values().size());
+    for (std::size_t id = 0; id < g.values().size(); ++id) BOOST_TEST(r.values[id] != nullptr);
+    BOOST_TEST(g.values().size() == 33u);
+}
+
+BOOST_AUTO_TEST_CASE(explicit_outputs_and_tensor_outputs_are_kept) {
+    GraphBuilder gb("outs", DType::f64);
+    Value x = gb.input("X", Tensor(literal<double>({2, 2}, {1, 2, 3, 4})));
+    Value a = scale(x, 2).as("a");
+    Value b = scale(a, 3).as("b");
+    scale(b, 5).as("dead_end");  // consumed by nothing, not an output
+    gb.output(a);
+    gb.output(x);
+    const Graph g = gb.build();
+    const RunResult r = run(g, {});
+    BOOST_TEST(r.values[static_cast<std::size_t>(g.at("a"))] != nullptr);
+    BOOST_TEST(r.values[static_cast<std::size_t>(g.at("X"))] != nullptr);
+    BOOST_TEST(r.values[static_cast<std::size_t>(g.at("b"))] == nullptr);
+    BOOST_TEST(r.values[static_cast<std::size_t>(g.at("dead_end"))] == nullptr);
+    check_close(r.at(g, "a").as<double>(), {2, 2}, {2, 4, 6, 8}, 0);
+}
+
+namespace {
+
+// X (rows x cols) -> big = 1e30·X (inf in f32 where |X| > 3.4e8/1e30... i.e. the 1e10 entries)
+//   -> A = softmax(big) (NaN) -> O = A·W; plus an independent healthy branch.
+Graph overflow_graph(std::size_t rows, std::size_t cols) {
+    GraphBuilder gb("overflow", DType::f32);
+    Array<float> xd = random_array<float>({rows, cols}, 5);
+    xd(rows / 2, cols / 2) = 1e10f;
+    Value x = gb.input("X", Tensor(xd));
+    Value w = gb.param("W", Tensor(random_array<float>({cols, cols}, 6)));
+    Value healthy = matmul(softmax(x).as("healthy.A"), w).as("healthy.O");
+    Value big = scale(x, 1e30).as("big");
+    Value a = softmax(big).as("A");
+    Value o = matmul(a, w).as("O");
+    gb.output(o);
+    gb.output(healthy);
+    return gb.build();
+}
+
+}  // namespace
+
+BOOST_DATA_TEST_CASE(check_finite_stops_at_the_first_non_finite_node, bdata::make({1, 2, 4, 8}) * bdata::make({0, 1}),
+                     threads, big) {
+    const std::size_t rows = big ? 400 : 3, cols = big ? 300 : 4;
+    const Graph g = overflow_graph(rows, cols);
+    BOOST_TEST((total_output_elements(g) > 65536u) == (big == 1));
+    RunOptions o;
+    o.threads = threads;
+    o.keep_all = true;
+    o.check_finite = true;
+    const RunResult r = run(g, o);
+    BOOST_TEST(!r.complete);
+    BOOST_TEST(r.stopped_at == "big");
+    BOOST_TEST(r.stop_reason.find("1 non-finite") != std::string::npos, r.stop_reason);
+    // the bad node's output is there to look at; nothing after it ran
+    BOOST_TEST_REQUIRE(r.values[static_cast<std::size_t>(g.at("big"))] != nullptr);
+    BOOST_TEST(std::isinf(r.at(g, "big").at_flat((rows / 2) * cols + cols / 2)));
+    BOOST_TEST(r.values[static_cast<std::size_t>(g.at("A"))] == nullptr);
+    BOOST_TEST(r.values[static_cast<std::size_t>(g.at("O"))] == nullptr);
+    const Trace t = make_trace(g, r);
+    BOOST_TEST(!t.complete);
+    BOOST_TEST(t.note.find("big") != std::string::npos);
+
+    // without check_finite the run completes, NaN and all
+    o.check_finite = false;
+    const RunResult full = run(g, o);
+    BOOST_TEST(full.complete);
+    BOOST_TEST(std::isnan(full.at(g, "A").at_flat((rows / 2) * cols)));
+}
+
+BOOST_AUTO_TEST_CASE(check_finite_passes_a_finite_graph) {
+    const Graph& g = references().at("seed n=3").graph;
+    RunOptions o;
+    o.check_finite = true;
+    o.threads = 2;
+    const RunResult r = run(g, o);
+    BOOST_TEST(r.complete);
+    BOOST_TEST(r.stopped_at.empty());
+}
+
+BOOST_DATA_TEST_CASE(an_error_inside_an_op_reaches_the_caller, bdata::make({1, 4}), threads) {
+    static const bool registered = [] {
+        OpRegistry::instance().add(make_op_def<Failing>());
+        return true;
+    }();
+    BOOST_TEST(registered);
+    GraphBuilder gb("failing");
+    Value x = gb.input("X", Tensor(random_array<float>({300, 300}, 1)));
+    Value a = softmax(x);
+    gb.output(gb.node("TestFailing", {a}, std::any(FailingAttrs{}), "bad"));
+    gb.output(softmax(x, 0));
+    const Graph g = gb.build();
+    RunOptions o;
+    o.threads = threads;
+    BOOST_CHECK_THROW(run(g, o), IoError);
+}
+
+BOOST_AUTO_TEST_CASE(thread_counts) {
+    BOOST_TEST(Executor(0).threads() >= 1);
+    BOOST_TEST(Executor(3).threads() == 3);
+    BOOST_CHECK_THROW(Executor(-1), Error);
+    BOOST_TEST(matches_any("head1.A", {}));
+    BOOST_TEST(matches_any("head1.A", {"x", "head?.A"}));
+    BOOST_TEST(!matches_any("head1.A", {"head2.*", "A"}));
+}
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -1,0 +1,109 @@
+// Softmax: shape rule (axis in range), forward against hand-computed numbers (including
+// axis 0, large inputs that overflow without the max subtraction, a fully masked row), and
+// against a plain-loop reference on random shapes and every axis.
+#include <cmath>
+#include <limits>
+
+#include <boost/mpl/list.hpp>
+#include <boost/test/unit_test.hpp>
+
+#include "engine/error.hpp"
+#include "ops/ops.hpp"
+#include "support/op_helpers.hpp"
+
+using namespace attngraph;
+using namespace attngraph::test;
+using Types = boost::mpl::list<float, double>;
+using nlohmann::json;
+
+BOOST_AUTO_TEST_SUITE(softmax_op)
+
+BOOST_AUTO_TEST_CASE(shape_rule) {
+    BOOST_TEST((infer("Softmax", nullptr, {{3, 4}}).at(0) == Shape{3, 4}));  // axis defaults to -1
+    BOOST_TEST((infer("Softmax", {{"axis", 0}}, {{3, 4}}).at(0) == Shape{3, 4}));
+    BOOST_TEST((infer("Softmax", {{"axis", -3}}, {{2, 3, 4}}).at(0) == Shape{2, 3, 4}));
+    BOOST_TEST((infer("Softmax", {{"axis", 2}}, {{2, 3, 4}}).at(0) == Shape{2, 3, 4}));
+    BOOST_TEST((infer("Softmax", nullptr, {{5}}).at(0) == Shape{5}));
+
+    BOOST_CHECK_THROW(infer("Softmax", {{"axis", 2}}, {{3, 4}}), ShapeError);
+    BOOST_CHECK_THROW(infer("Softmax", {{"axis", -3}}, {{3, 4}}), ShapeError);
+    BOOST_CHECK_THROW(infer("Softmax", nullptr, {{}}), ShapeError);  // a scalar has no axis
+    try {
+        infer("Softmax", {{"axis", 5}}, {{3, 4}});
+        BOOST_FAIL("no ShapeError");
+    } catch (const ShapeError& e) {
+        const std::string msg = e.what();
+        BOOST_TEST(msg.find("axis 5") != std::string::npos, msg);
+        BOOST_TEST(msg.find("rank 2") != std::string::npos, msg);
+    }
+
+    BOOST_CHECK_THROW(op_attrs("Softmax", {{"axis", 1.5}}), GraphError);
+    BOOST_CHECK_THROW(op_attrs("Softmax", {{"axis", "-1"}}), GraphError);
+    BOOST_CHECK_THROW(op_attrs("Softmax", {{"axis", true}}), GraphError);
+    BOOST_CHECK_THROW(op_attrs("Softmax", {{"axis", 4294967295LL}}), GraphError);  // does not fit an int
+    BOOST_CHECK_THROW(op_attrs("Softmax", {{"dim", 1}}), GraphError);
+    BOOST_CHECK_THROW(op_attrs("Softmax", json::array({1})), GraphError);
+
+    GraphBuilder g;
+    Value x = g.input("x", Tensor(literal<float>({2}, {1, 2})));
+    BOOST_CHECK_THROW(g.node("Softmax", {x, x}, op_attrs("Softmax")), GraphError);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(forward_by_hand, T, Types) {
+    const double tol = std::is_same_v<T, float> ? 1e-7 : 1e-15;
+    const double ln3 = std::log(3.0);
+    // softmax([0, ln 3]) = [1, 3] / 4
+    check_close(forward<T>("Softmax", nullptr, {literal<T>({1, 2}, {0, ln3})}), {1, 2}, {0.25, 0.75}, tol);
+    // equal entries: uniform
+    check_close(forward<T>("Softmax", nullptr, {literal<T>({2, 2}, {0, 0, 1, 1})}), {2, 2}, {0.5, 0.5, 0.5, 0.5}, tol);
+    // softmax([0, 1, 2]) = [1, e, e^2] / (1 + e + e^2) = [0.090031, 0.244728, 0.665241] (the seed's head1.A row 3)
+    check_close(forward<T>("Softmax", nullptr, {literal<T>({3}, {0, 1, 2})}), {3},
+                {0.0900305732, 0.2447284711, 0.6652409558}, std::is_same_v<T, float> ? 1e-7 : 1e-10);
+    // large inputs: exp(1000) overflows without the max subtraction
+    check_close(forward<T>("Softmax", nullptr, {literal<T>({2}, {1000, 1000 + ln3})}), {2}, {0.25, 0.75},
+                std::is_same_v<T, float> ? 1e-4 : 1e-12);  // 1000 + ln 3 is rounded to T
+    // axis 0 on (2,2): columns [0, ln 3] and [0, 0]
+    check_close(forward<T>("Softmax", {{"axis", 0}}, {literal<T>({2, 2}, {0, 0, ln3, 0})}), {2, 2},
+                {0.25, 0.5, 0.75, 0.5}, tol);
+    // middle axis of (1,2,2): x[0] = [[0, 0], [ln 3, 0]]
+    check_close(forward<T>("Softmax", {{"axis", 1}}, {literal<T>({1, 2, 2}, {0, 0, ln3, 0})}), {1, 2, 2},
+                {0.25, 0.5, 0.75, 0.5}, tol);
+    // a fully masked row gives zeros, a partly masked row ignores -inf
+    const double inf = std::numeric_limits<double>::infinity();
+    check_close(forward<T>("Softmax", nullptr, {literal<T>({2, 3}, {-inf, -inf, -inf, -inf, 0, ln3})}), {2, 3},
+                {0, 0, 0, 0, 0.25, 0.75}, tol);
+}
+
+// y = exp(x - max) / sum exp(x - max) along `axis`, in double
+template <class T>
+std::vector<double> softmax_reference(const Array<T>& x, std::size_t axis) {
+    const Shape s(x.shape().begin(), x.shape().end());
+    const auto st = strides_of(s);
+    std::vector<double> y(x.size());
+    for (std::size_t f = 0; f < x.size(); ++f) {
+        if (unravel(f, s)[axis] != 0) continue;  // f starts a line along axis
+        double mx = -INFINITY, sum = 0;
+        for (std::size_t i = 0; i < s[axis]; ++i) mx = std::max(mx, static_cast<double>(x.data()[f + i * st[axis]]));
+        for (std::size_t i = 0; i < s[axis]; ++i) sum += std::exp(x.data()[f + i * st[axis]] - mx);
+        for (std::size_t i = 0; i < s[axis]; ++i) y[f + i * st[axis]] = std::exp(x.data()[f + i * st[axis]] - mx) / sum;
+    }
+    return y;
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(forward_random_against_loops, T, Types) {
+    const std::vector<Shape> shapes = {{1}, {7}, {3, 4}, {1, 5}, {4, 1}, {2, 3, 4}, {300, 257}, {3, 2, 5, 4}};
+    std::uint64_t seed = 700;
+    for (const auto& s : shapes) {
+        auto x = random_array<T>(s, ++seed);
+        for (auto& v : x) v *= T(8);  // spread the logits
+        for (int axis = -static_cast<int>(s.size()); axis < static_cast<int>(s.size()); ++axis) {
+            BOOST_TEST_CONTEXT("x " << shape_str(s) << ", axis " << axis) {
+                const std::size_t ax = static_cast<std::size_t>(axis < 0 ? axis + static_cast<int>(s.size()) : axis);
+                check_close(forward<T>("Softmax", {{"axis", axis}}, {x}), s, softmax_reference(x, ax),
+                            std::is_same_v<T, float> ? 1e-6 : 1e-14);
+            }
+        }
+    }
+}
+
+BOOST_AUTO_TEST_SUITE_END()
