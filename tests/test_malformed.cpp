@@ -52,7 +52,7 @@ const std::vector<Case> cases = {
     {"data_and_npy.json", {"tensor 'X'", "exactly one of \"data\" and \"npy\""}},
     {"neither_data_nor_npy.json", {"tensor 'X'", "exactly one of \"data\" and \"npy\""}},
     {"cycle.json", {"has a cycle", "A", "B"}},
-    {"self_loop.json", {"has a cycle: A -> A"}},
+    {"self_loop.json", {"has a cycle: A (Scale) -> A (Scale)"}},
     {"unknown_op.json", {"node 'Y'", "unknown op 'Softmaxx'"}},
     {"unknown_attr.json", {"node 'Y' (Scale)", "unknown attribute 'bias'", "known: factor"}},
     {"missing_attr.json", {"node 'Y' (Scale)", "missing required attribute 'factor'"}},
