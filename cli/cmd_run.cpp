@@ -35,6 +35,8 @@ void add_run_command(CLI::App& app) {
         const TraceFormat format = parse_trace_format(args->format);
         if (!args->trace_dir.empty()) check_output_dir(args->trace_dir, args->force);
         const Graph graph = load_with_inputs(args->graph);
+        if (!args->trace_dir.empty() && split_globs(args->only).empty())
+            check_memory(graph, max_memory_bytes(args->graph), true);  // a full trace keeps every value
         RunOptions options;
         options.threads = args->graph.threads;
         options.trace = !args->trace_dir.empty();

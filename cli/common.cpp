@@ -2,6 +2,8 @@
 
 #include <sys/sysinfo.h>
 
+#include <climits>
+
 #include "engine/error.hpp"
 #include "engine/npy.hpp"
 
@@ -36,6 +38,8 @@ std::size_t parse_bytes(const std::string& text) {
     else if (unit == "G" || unit == "GB") mult = 1ull << 30;
     else if (unit == "T" || unit == "TB") mult = 1ull << 40;
     else throw Error("--max-memory: unknown unit '" + unit + "' (use K, M, G or T)");
+    if (text.find('-') != std::string::npos || v == 0 || v > ULLONG_MAX / mult)
+        throw Error("--max-memory: '" + text + "' is not a size (e.g. 4G, 512M)");
     return static_cast<std::size_t>(v * mult);
 }
 
@@ -45,14 +49,18 @@ static std::size_t default_max_bytes() {
     return std::size_t(8) << 30;
 }
 
+std::size_t max_memory_bytes(const GraphArgs& args) {
+    return args.max_memory.empty() ? default_max_bytes() : parse_bytes(args.max_memory);
+}
+
 Graph load_with_inputs(const GraphArgs& args) {
     LoadOptions options;
     if (!args.dtype.empty()) options.dtype = parse_dtype(args.dtype);
     options.allow_outside_paths = args.allow_outside_paths;
-    const std::size_t max_bytes = args.max_memory.empty() ? default_max_bytes() : parse_bytes(args.max_memory);
-    const std::size_t word = options.dtype == DType::f32 ? 4 : 8;
-    options.max_elements = max_bytes / word;
+    const std::size_t max_bytes = max_memory_bytes(args);
+    options.max_bytes = max_bytes;
     Graph graph = load_graph(args.graph, options);
+    const std::size_t max_elements = max_bytes / (graph.dtype() == DType::f32 ? 4 : 8);
     std::map<std::string, Tensor> replacements;
     for (const auto& spec : args.inputs) {
         const auto eq = spec.find('=');
@@ -63,7 +71,7 @@ Graph load_with_inputs(const GraphArgs& args) {
             throw GraphError("--input " + name + ": graph '" + graph.name() + "' (" + args.graph +
                              ") has no tensor named '" + name + "'");
         try {
-            replacements[name] = load_npy(file, options.max_elements);
+            replacements[name] = load_npy(file, max_elements);
         } catch (const IoError& e) {
             throw IoError("--input " + spec + ": " + e.what());
         }
@@ -71,6 +79,7 @@ Graph load_with_inputs(const GraphArgs& args) {
     if (!replacements.empty()) {
         try {
             graph = graph.with_tensors(replacements);
+            check_memory(graph, max_bytes);
         } catch (const ShapeError& e) {
             throw ShapeError(args.graph + " with --input: " + e.what());
         } catch (const GraphError& e) {

@@ -29,6 +29,9 @@ void add_graph_args(CLI::App& cmd, GraphArgs& args, bool with_threads = true);
 /// Loads the graph and applies --dtype and --input replacements (shapes re-inferred).
 Graph load_with_inputs(const GraphArgs& args);
 
+/// --max-memory in bytes (default: half of the machine's memory).
+std::size_t max_memory_bytes(const GraphArgs& args);
+
 /// Parses "4G", "512M", "1000000" into bytes; throws attngraph::Error.
 std::size_t parse_bytes(const std::string& text);
 

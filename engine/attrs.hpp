@@ -6,6 +6,7 @@
 // A member with a default initializer is optional in JSON; a member of type
 // Required<T> must be present; a std::optional<T> member may be absent or null.
 #include <algorithm>
+#include <climits>
 #include <limits>
 #include <optional>
 #include <sstream>
@@ -26,6 +27,18 @@ struct Required {
     operator const T&() const { return value; }
     bool operator==(const Required&) const = default;
 };
+
+/// @brief A JSON value as an error message shows it: scalars as written (long strings cut),
+/// lists and objects by size only (so a deeply nested value is never printed recursively).
+inline std::string json_brief(const nlohmann::json& j) {
+    if (j.is_array()) return "a list of " + std::to_string(j.size()) + (j.size() == 1 ? " item" : " items");
+    if (j.is_object()) return "an object of " + std::to_string(j.size()) + (j.size() == 1 ? " key" : " keys");
+    if (j.is_string() && j.get_ref<const std::string&>().size() > 40)
+        return nlohmann::json(j.get_ref<const std::string&>().substr(0, 40)).dump(-1, ' ', false,
+                                                                                nlohmann::json::error_handler_t::replace) +
+               "...";
+    return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
 
 namespace detail {
 
@@ -75,10 +88,10 @@ inline void attr_read(const nlohmann::json& j, double& out) {
 }
 inline void attr_read(const nlohmann::json& j, int& out) {
     if (!j.is_number_integer()) throw nlohmann::json::type_error::create(302, "expected an integer", &j);
-    const auto v = j.get<long long>();
-    if (v < std::numeric_limits<int>::min() || v > std::numeric_limits<int>::max())
+    const auto wide = j.get<long long>();
+    if (j.is_number_unsigned() ? j.get<unsigned long long>() > INT_MAX : wide < INT_MIN || wide > INT_MAX)
         throw nlohmann::json::type_error::create(302, "integer out of range", &j);
-    out = static_cast<int>(v);
+    out = static_cast<int>(wide);
 }
 // element by element, so that a list of ints refuses 1.5, true and "1" as a single int does
 template <class T>
@@ -126,7 +139,7 @@ A attrs_from_json(const nlohmann::json& j, const std::string& where) {
         try {
             detail::attr_read(j.at(key), member);
         } catch (const nlohmann::json::exception&) {
-            throw GraphError(where + ": attribute '" + key + "' has the wrong type (" + j.at(key).dump() + ")");
+            throw GraphError(where + ": attribute '" + key + "' has the wrong type (" + json_brief(j.at(key)) + ")");
         }
     });
     if (j.is_object()) {

@@ -1,5 +1,6 @@
 #include "engine/builder.hpp"
 
+#include <cstdint>
 #include <queue>
 #include <unordered_map>
 
@@ -31,10 +32,7 @@ GraphBuilder::GraphBuilder(std::string name, DType dtype) : m_name(std::move(nam
 void GraphBuilder::check_new_name(const std::string& name) const {
     if (!valid_name(name))
         throw GraphError("invalid name '" + name + "': use letters, digits, '_', '.' and '-'");
-    for (const auto& t : m_tensors)
-        if (t.name == name) throw GraphError("duplicate name '" + name + "'");
-    for (const auto& n : m_nodes)
-        if (n.name == name) throw GraphError("duplicate name '" + name + "'");
+    if (m_taken.count(name)) throw GraphError("duplicate name '" + name + "'");
 }
 
 std::string GraphBuilder::fresh_name(const std::string& op) {
@@ -47,6 +45,7 @@ std::string GraphBuilder::fresh_name(const std::string& op) {
 
 void GraphBuilder::add_tensor(const std::string& name, ValueKind kind, Tensor data) {
     m_tensors.push_back({name, kind, std::make_shared<const Tensor>(std::move(data))});
+    m_taken.insert(name);
 }
 
 Value GraphBuilder::input(const std::string& name, Tensor data) {
@@ -64,6 +63,7 @@ Value GraphBuilder::param(const std::string& name, Tensor data) {
 void GraphBuilder::add_node(const std::string& name, const std::string& op,
                             std::vector<std::string> inputs, std::any attrs) {
     m_nodes.push_back({name, op, std::move(inputs), std::move(attrs), {}});
+    m_taken.insert(name);
 }
 
 // Splits "name:k" into ("name", k); a plain name is (name, -1).
@@ -76,12 +76,7 @@ static std::pair<std::string, int> split_ref(const std::string& ref) {
     return {ref.substr(0, colon), std::stoi(index)};
 }
 
-bool GraphBuilder::name_taken(const std::string& name) const {
-    for (const auto& t : m_tensors)
-        if (t.name == name) return true;
-    return m_eager_names.count(name) > 0 ||
-           std::any_of(m_nodes.begin(), m_nodes.end(), [&](const auto& n) { return n.name == name; });
-}
+bool GraphBuilder::name_taken(const std::string& name) const { return m_taken.count(name) > 0; }
 
 Shape GraphBuilder::shape_of(const std::string& ref) const {
     for (const auto& t : m_tensors)
@@ -144,6 +139,7 @@ Value GraphBuilder::node(const std::string& op_name, const std::vector<Value>& i
     }
     m_eager_names[name] = m_nodes.size();
     m_nodes.push_back({name, op_name, std::move(refs), std::move(attrs), std::move(out)});
+    m_taken.insert(name);
     return Value(this, name);
 }
 
@@ -158,6 +154,8 @@ void GraphBuilder::rename(const std::string& from, const std::string& to) {
     m_eager_names.erase(it);
     m_eager_names[to] = index;
     m_nodes[index].name = to;
+    m_taken.erase(from);
+    m_taken.insert(to);
     for (auto& o : m_outputs)
         if (o == from) o = to;
 }
@@ -331,6 +329,7 @@ Graph GraphBuilder::build() const {
                 if (!used[static_cast<std::size_t>(id)]) g.m_outputs.push_back(id);
     }
     if (g.m_nodes.empty()) throw GraphError("graph '" + m_name + "' has no nodes");
+    check_memory(g, SIZE_MAX / 2);  // no shape whose size overflows reaches the executor
     return g;
 }
 

@@ -14,6 +14,7 @@
 // whole graph again in build(): names, arity, cycles, shapes.
 #include <any>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -98,6 +99,7 @@ private:
     std::vector<std::string> m_outputs;
     std::map<std::string, std::size_t> m_eager_names;  // name -> node index (node())
     std::map<std::string, int> m_consumers;             // name -> number of consumers
+    std::unordered_set<std::string> m_taken;            // every tensor and node name so far
     int m_counter = 0;
 };
 

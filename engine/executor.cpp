@@ -14,6 +14,7 @@
 #include <tbb/task_group.h>
 
 #include "engine/error.hpp"
+#include "engine/parallel.hpp"
 #include "engine/stats.hpp"
 #include "engine/optimize.hpp"
 
@@ -98,6 +99,7 @@ private:
         for (std::size_t i = 0; i < m_plan.steps.size() && !m_stop; ++i) execute(i);
     }
 
+    // (tsan_release/acquire: the hand-offs through oneTBB, for ThreadSanitizer only)
     void run_parallel() {
         // the ready set is taken before the first spawn: once steps run, a count reaching 0
         // belongs to the task that brought it there (which spawns that step itself)
@@ -105,8 +107,19 @@ private:
         for (std::size_t i = 0; i < m_plan.steps.size(); ++i)
             if (m_pending[i] == 0) ready.push_back(i);
         tbb::task_group group;
-        for (std::size_t i : ready) group.run([this, i, &group] { execute_and_release(i, group); });
+        for (std::size_t i : ready) spawn(i, group);
         group.wait();
+        tsan_acquire(&m_tasks_done);
+    }
+
+    void spawn(std::size_t i, tbb::task_group& group) {
+        const void* sync = &m_pending[i];
+        tsan_release(sync);
+        group.run([this, i, &group, sync] {
+            tsan_acquire(sync);  // before touching any member
+            execute_and_release(i, group);
+            tsan_release(&m_tasks_done);
+        });
     }
 
     void execute_and_release(std::size_t i, tbb::task_group& group) {
@@ -114,7 +127,7 @@ private:
         execute(i);
         if (m_stop) return;
         for (std::size_t c : m_consumers[i])
-            if (--m_pending[c] == 0) group.run([this, c, &group] { execute_and_release(c, group); });
+            if (--m_pending[c] == 0) spawn(c, group);
     }
 
     void execute(std::size_t i) {
@@ -188,6 +201,7 @@ private:
     std::size_t m_work = 0;
     RunResult m_result;
     std::atomic<bool> m_stop{false};
+    char m_tasks_done = 0;  // ThreadSanitizer's sync point: every task's work before wait() returns
     std::size_t m_stop_index = 0;
     std::mutex m_error_mutex;
     std::exception_ptr m_error;
@@ -221,10 +235,14 @@ int Executor::threads() const { return m_impl->threads; }
 
 RunResult Executor::run(const Graph& graph, const RunOptions& options) {
     RunResult result;
+    tsan_release(&result);  // the arena may run the functor on one of its own threads
     m_impl->arena.execute([&] {
+        tsan_acquire(&result);
         if (graph.dtype() == DType::f32) result = Run<float>(graph, options).finish(m_impl->threads > 1);
         else result = Run<double>(graph, options).finish(m_impl->threads > 1);
+        tsan_release(&result);
     });
+    tsan_acquire(&result);
     return result;
 }
 

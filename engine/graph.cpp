@@ -1,5 +1,7 @@
 #include "engine/graph.hpp"
 
+#include <cstdint>
+
 #include "engine/error.hpp"
 
 namespace attngraph {
@@ -21,6 +23,31 @@ bool valid_name(const std::string& name) {
         if (!ok) return false;
     }
     return true;
+}
+
+void check_memory(const Graph& graph, std::size_t max_bytes, bool all_kept) {
+    const std::size_t word = graph.dtype() == DType::f32 ? 4 : 8;
+    const std::string limit = "the memory limit of " + std::to_string(max_bytes) + " bytes";
+    std::size_t total = 0;
+    for (const auto& v : graph.values()) {
+        const std::size_t count = element_count_capped(v.shape);
+        const std::size_t bytes = count > SIZE_MAX / word ? SIZE_MAX : count * word;
+        if (bytes > max_bytes) {
+            std::string what = v.kind == ValueKind::node
+                                   ? "node '" + graph.nodes()[static_cast<std::size_t>(v.producer)].name + "' (" +
+                                         graph.nodes()[static_cast<std::size_t>(v.producer)].op->name + ") output '" +
+                                         v.name + "'"
+                                   : to_string(v.kind) + " tensor '" + v.name + "'";
+            throw ShapeError(what + " of shape (" + shape_str(v.shape) + ") " + to_string(graph.dtype()) + " needs " +
+                             (bytes == SIZE_MAX ? "more than " + std::to_string(SIZE_MAX) : std::to_string(bytes)) +
+                             " bytes, over " + limit);
+        }
+        total = bytes > SIZE_MAX - total ? SIZE_MAX : total + bytes;
+    }
+    if (all_kept && total > max_bytes)
+        throw ShapeError("graph '" + graph.name() + "': its " + std::to_string(graph.values().size()) +
+                         " values together need " + std::to_string(total) + " bytes, over " + limit +
+                         "; trace fewer with --only");
 }
 
 int Graph::find(const std::string& name) const {
@@ -69,6 +96,7 @@ void Graph::infer_shapes() {
         for (std::size_t k = 0; k < out.size(); ++k)
             m_values[static_cast<std::size_t>(node.outputs[k])].shape = std::move(out[k]);
     }
+    check_memory(*this, SIZE_MAX / 2);  // no shape whose size overflows reaches the executor
 }
 
 Graph Graph::with_tensors(const std::map<std::string, Tensor>& replacements) const {

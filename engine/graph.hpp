@@ -75,6 +75,11 @@ private:
     std::map<std::string, int> m_index;
 };
 
+/// @brief Refuses (ShapeError naming the value, its node, op and shape) a graph with a value
+/// that would need more than `max_bytes` in the graph's dtype; with `all_kept` (every value
+/// kept, as a full trace does) also one whose values together would.
+void check_memory(const Graph& graph, std::size_t max_bytes, bool all_kept = false);
+
 /// True when name uses only letters, digits, '_', '.', '-' and is not "." or "..".
 bool valid_name(const std::string& name);
 

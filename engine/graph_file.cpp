@@ -1,6 +1,7 @@
 #include "engine/graph_file.hpp"
 
 #include <cmath>
+#include <cstdint>
 #include <fstream>
 #include <limits>
 #include <set>
@@ -37,7 +38,7 @@ double number_of(const json& v, const std::string& where) {
         if (s == "Infinity" || s == "inf") return std::numeric_limits<double>::infinity();
         if (s == "-Infinity" || s == "-inf") return -std::numeric_limits<double>::infinity();
     }
-    throw GraphError(where + ": \"data\" holds " + v.dump() + " where a number belongs");
+    throw GraphError(where + ": \"data\" holds " + json_brief(v) + " where a number belongs");
 }
 
 // Shape of nested lists (descending the first element) and the flattened values.
@@ -64,21 +65,24 @@ void flatten(const json& data, const Shape& shape, std::size_t axis, std::vector
     for (const auto& item : data) flatten(item, shape, axis + 1, out, where);
 }
 
+void check_elements(const Shape& s, const std::string& where, std::size_t max_elements) {
+    const std::size_t count = element_count_capped(s);
+    if (count > max_elements)
+        throw ShapeError(where + ": shape (" + shape_str(s) + ") has " +
+                         (count == SIZE_MAX ? "too many" : std::to_string(count)) + " elements, over the limit of " +
+                         std::to_string(max_elements) + " (--max-memory)");
+}
+
 Shape parse_shape(const json& j, const std::string& where, std::size_t max_elements) {
-    if (!j.is_array()) throw GraphError(where + ": \"shape\" must be a list of sizes");
+    if (!j.is_array()) throw GraphError(where + ": \"shape\" must be a list of sizes, got " + json_brief(j));
     if (j.size() > 32) throw GraphError(where + ": \"shape\" has more than 32 axes");
     Shape s;
-    std::size_t count = 1;
     for (const auto& d : j) {
-        if (!d.is_number_integer() || d.get<long long>() < 0)
-            throw GraphError(where + ": \"shape\" entries must be non-negative integers, got " + d.dump());
-        const auto v = d.get<unsigned long long>();
-        if (v > max_elements || (v != 0 && count > max_elements / v))
-            throw GraphError(where + ": shape " + j.dump() + " exceeds the limit of " + std::to_string(max_elements) +
-                             " elements");
-        count *= static_cast<std::size_t>(v);
-        s.push_back(static_cast<std::size_t>(v));
+        if (!d.is_number_unsigned())
+            throw GraphError(where + ": \"shape\" entries must be non-negative integers, got " + json_brief(d));
+        s.push_back(static_cast<std::size_t>(d.get<unsigned long long>()));
     }
+    check_elements(s, where, max_elements);
     return s;
 }
 
@@ -150,9 +154,9 @@ Graph parse_graph(const std::string& text, const fs::path& base_dir, const std::
         json doc;
         try {
             doc = json::parse(text, reject_duplicate_keys());
-        } catch (const json::parse_error& e) {
+        } catch (const json::exception& e) {  // parse_error, or out_of_range for 1e400
             std::string msg = e.what();
-            if (auto pos = msg.find("parse error"); pos != std::string::npos) msg = msg.substr(pos);
+            if (auto pos = msg.find("] "); pos != std::string::npos) msg = msg.substr(pos + 2);
             throw GraphError("malformed JSON: " + msg);
         }
         if (!doc.is_object()) throw GraphError("a graph file must be a JSON object");
@@ -166,6 +170,8 @@ Graph parse_graph(const std::string& text, const fs::path& base_dir, const std::
             dtype = parse_dtype(doc["dtype"].get<std::string>());
         }
         if (options.dtype) dtype = *options.dtype;
+        const std::size_t word = dtype == DType::f32 ? 4 : 8;
+        const std::size_t max_elements = options.max_bytes ? options.max_bytes / word : options.max_elements;
         GraphBuilder builder(name, dtype);
 
         if (doc.contains("tokens")) {
@@ -186,17 +192,16 @@ Graph parse_graph(const std::string& text, const fs::path& base_dir, const std::
                 const json& k = spec["kind"];
                 if (k == "input") kind = ValueKind::input;
                 else if (k == "param") kind = ValueKind::param;
-                else throw GraphError(where + ": \"kind\" must be \"input\" or \"param\", got " + k.dump());
+                else throw GraphError(where + ": \"kind\" must be \"input\" or \"param\", got " + json_brief(k));
             }
             std::optional<Shape> shape;
-            if (spec.contains("shape")) shape = parse_shape(spec["shape"], where, options.max_elements);
+            if (spec.contains("shape")) shape = parse_shape(spec["shape"], where, max_elements);
             const bool has_data = spec.contains("data"), has_npy = spec.contains("npy");
             if (has_data == has_npy) throw GraphError(where + ": give exactly one of \"data\" and \"npy\"");
             Tensor t;
             if (has_data) {
                 const Shape s = shape ? *shape : shape_of_data(spec["data"]);
-                if (element_count(s) > options.max_elements)
-                    throw GraphError(where + ": shape (" + shape_str(s) + ") exceeds the element limit");
+                check_elements(s, where, max_elements);
                 std::vector<double> flat;
                 flat.reserve(element_count(s));
                 flatten(spec["data"], s, 0, flat, where);
@@ -205,7 +210,7 @@ Graph parse_graph(const std::string& text, const fs::path& base_dir, const std::
                 if (!spec["npy"].is_string()) throw GraphError(where + ": \"npy\" must be a path string");
                 const fs::path p = resolve_npy(spec["npy"].get<std::string>(), base_dir, options.allow_outside_paths, where);
                 try {
-                    t = load_npy(p, options.max_elements).cast(dtype);
+                    t = load_npy(p, max_elements).cast(dtype);
                 } catch (const IoError& e) {
                     throw IoError(where + ": " + e.what());
                 }
@@ -243,7 +248,8 @@ Graph parse_graph(const std::string& text, const fs::path& base_dir, const std::
                     throw GraphError(where + ": \"inputs\" must be a list of names");
                 inputs = in.get<std::vector<std::string>>();
             }
-            std::any attrs = def->parse_attrs(n.contains("attrs") ? n["attrs"] : json(), where);
+            static const json no_attrs;  // (a reference either way: copying user JSON recurses)
+            std::any attrs = def->parse_attrs(n.contains("attrs") ? n["attrs"] : no_attrs, where);
             builder.add_node(nname, op, std::move(inputs), std::move(attrs));
         }
 
@@ -253,7 +259,9 @@ Graph parse_graph(const std::string& text, const fs::path& base_dir, const std::
                 throw GraphError("\"outputs\" must be a list of names");
             for (const auto& out : o) builder.add_output(out.get<std::string>());
         }
-        return builder.build();
+        Graph graph = builder.build();
+        check_memory(graph, max_elements > SIZE_MAX / word ? SIZE_MAX : max_elements * word);
+        return graph;
     } catch (const ShapeError& e) {
         throw ShapeError(origin + ": " + e.what());
     } catch (const IoError& e) {
@@ -261,6 +269,8 @@ Graph parse_graph(const std::string& text, const fs::path& base_dir, const std::
     } catch (const GraphError& e) {
         throw GraphError(origin + ": " + e.what());
     } catch (const Error& e) {
+        throw GraphError(origin + ": " + e.what());
+    } catch (const json::exception& e) {  // a JSON access the checks above missed: still the file's fault
         throw GraphError(origin + ": " + e.what());
     }
 }

@@ -15,6 +15,9 @@ struct LoadOptions {
     std::optional<DType> dtype;            ///< overrides the file's "dtype"
     bool allow_outside_paths = false;      ///< let "npy" paths leave the graph file's folder
     std::size_t max_elements = std::size_t(1) << 31;  ///< largest tensor accepted (elements)
+    /// when non-zero, the largest tensor accepted in bytes of the graph's dtype (replaces
+    /// max_elements); every inferred node output is held to it too
+    std::size_t max_bytes = 0;
 };
 
 /// @brief Reads and validates a graph file. Every error is a GraphError/ShapeError/IoError

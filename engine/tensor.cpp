@@ -1,5 +1,6 @@
 #include "engine/tensor.hpp"
 
+#include <cstdint>
 #include <cstring>
 
 #include "engine/error.hpp"
@@ -27,6 +28,17 @@ std::string shape_str(const Shape& shape) {
 std::size_t element_count(const Shape& shape) {
     std::size_t n = 1;
     for (auto d : shape) n *= d;
+    return n;
+}
+
+std::size_t element_count_capped(const Shape& shape) {
+    std::size_t n = 1;
+    for (auto d : shape)
+        if (d == 0) return 0;
+    for (auto d : shape) {
+        if (n > SIZE_MAX / d) return SIZE_MAX;
+        n *= d;
+    }
     return n;
 }
 

@@ -1,8 +1,12 @@
 #include "engine/trace.hpp"
 
+#include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdlib>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -301,6 +305,25 @@ void check_output_dir(const fs::path& dir, bool force) {
         throw IoError(dir.string() + ": directory exists and is not empty (use --force to replace it)");
 }
 
+// A run killed while writing leaves its hidden ".DIR.tmp-PID-N" (or ".DIR.old-PID")
+// sibling behind; the next write of DIR removes those whose process is gone.
+static void remove_stale_temporaries(const fs::path& parent, const std::string& name) {
+    std::error_code ec;
+    for (const auto& entry : fs::directory_iterator(parent, ec)) {
+        const std::string f = entry.path().filename().string();
+        std::string rest;
+        for (const char* kind : {".tmp-", ".old-"}) {
+            std::string prefix(1, '.');
+            prefix.append(name).append(kind);
+            if (f.rfind(prefix, 0) == 0) rest = f.substr(prefix.size());
+        }
+        if (rest.empty() || rest.find_first_not_of("0123456789-") != std::string::npos) continue;
+        const long pid = std::strtol(rest.c_str(), nullptr, 10);
+        if (pid > 0 && pid != ::getpid() && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH)
+            fs::remove_all(entry.path(), ec);
+    }
+}
+
 void write_directory_atomically(const fs::path& dir, bool force, const std::function<void(const fs::path&)>& fill) {
     check_output_dir(dir, force);
     const fs::path target = output_target(dir);
@@ -308,6 +331,7 @@ void write_directory_atomically(const fs::path& dir, bool force, const std::func
     const fs::path parent = target.parent_path();
     fs::create_directories(parent, ec);
     if (ec) throw IoError(parent.string() + ": cannot create (" + ec.message() + ")");
+    remove_stale_temporaries(parent, target.filename().string());
     std::random_device rd;
     // "." + name as a std::string first: GCC 12 warns (-Wrestrict) on "literal" + std::string
     std::string hidden = ".";
@@ -321,8 +345,14 @@ void write_directory_atomically(const fs::path& dir, bool force, const std::func
         fs::remove_all(tmp, ec);
         throw;
     }
+    // replacing (--force): swap both in one step where the file system can, so that DIR
+    // always holds either the old trace or the new one
+    if (fs::exists(target, ec) && ::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) == 0) {
+        fs::remove_all(tmp, ec);
+        return;
+    }
     fs::path old;
-    if (fs::exists(target, ec)) {
+    if (fs::exists(target, ec) && !fs::is_empty(target, ec)) {
         old = parent / (hidden + ".old-" + std::to_string(::getpid()));
         fs::rename(target, old, ec);
         if (ec) {

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages attngraph builds with, when any is missing.
-# usage: scripts/install-deps.sh [extra-package...]
+# usage: scripts/install-deps.sh [extra-package...]   (scripts/fuzz.sh adds clang libclang-rt-14-dev)
 set -euo pipefail
 packages=(cmake ninja-build g++ ccache pkg-config
   libxtensor-dev xtl-dev libxsimd-dev libxtensor-blas-dev libopenblas-dev libtbb-dev

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets (preset fuzz, clang) and fuzzes each for SECONDS (default 60),
+# starting from the seed corpora: graphs/*.json and tests/data/malformed/ for graph files,
+# fuzz/corpus/npy/ and tests/data/ .npy files for the .npy reader. A crash leaves its input in
+# build/fuzz/findings/ and fails; turn it into a regression test (tests/data/regressions/).
+# usage: scripts/fuzz.sh [SECONDS]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+seconds="${1:-60}"
+scripts/install-deps.sh clang libclang-rt-14-dev
+cmake --preset fuzz >/dev/null
+cmake --build --preset fuzz
+bin=build/fuzz/fuzz
+findings=build/fuzz/findings
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+mkdir -p "$findings" "$work/graph" "$work/npy"
+common=(-max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$findings/")
+status=0
+echo "== fuzz_graph_file ($seconds s)"
+"$bin/fuzz_graph_file" "${common[@]}" -max_len=16384 -dict=fuzz/graph.dict \
+  "$work/graph" graphs tests/data/malformed tests/data/regressions 2>"$work/graph.log" || status=1
+tail -n 12 "$work/graph.log"
+echo "== fuzz_npy ($seconds s)"
+"$bin/fuzz_npy" "${common[@]}" -max_len=4096 "$work/npy" fuzz/corpus/npy tests/data/regressions \
+  2>"$work/npy.log" || status=1
+tail -n 12 "$work/npy.log"
+if ((status)); then
+  echo "fuzzing found a crash: see $findings/ and the logs above" >&2
+  exit 1
+fi
+echo "fuzzing found nothing new"
