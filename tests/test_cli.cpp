@@ -29,12 +29,7 @@ std::string q(const fs::path& p) {
     return quoted;
 }
 
-std::string slurp(const fs::path& p) {
-    std::ifstream in(p, std::ios::binary);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
+using attngraph::test::slurp;
 
 std::set<std::string> listing(const fs::path& dir) {
     std::set<std::string> names;

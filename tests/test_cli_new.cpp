@@ -17,12 +17,7 @@ namespace {
 const std::vector<std::string> kVariants = {"mha", "mha-batched", "causal",         "cross",
                                             "mqa", "gqa",         "sliding-window", "alibi"};
 
-std::string slurp(const fs::path& p) {
-    std::ifstream in(p);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
+using attngraph::test::slurp;
 
 }  // namespace
 

@@ -20,12 +20,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string slurp(const fs::path& p) {
-    std::ifstream in(p, std::ios::binary);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
+using attngraph::test::slurp;
 
 // A graph that takes a while to trace: `n` chained 128x128 MatMuls, every output traced.
 fs::path write_big_graph(const fs::path& dir, int n) {

@@ -18,12 +18,7 @@ using nlohmann::json;
 
 namespace {
 
-std::string slurp(const fs::path& p) {
-    std::ifstream in(p, std::ios::binary);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
+using attngraph::test::slurp;
 
 // A seed trace in dir/name.
 fs::path seed_trace(const fs::path& dir, const std::string& name = "trace") {

@@ -17,12 +17,7 @@ using nlohmann::json;
 
 namespace {
 
-std::string slurp(const fs::path& p) {
-    std::ifstream in(p, std::ios::binary);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
+using attngraph::test::slurp;
 
 std::string chromium() {
     for (const char* name : {"chromium", "chromium-browser", "google-chrome"})

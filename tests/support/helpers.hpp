@@ -46,6 +46,14 @@ inline double max_abs_diff(const Tensor& t, const nlohmann::json& rows) {
     return m;
 }
 
+/// The whole file as a string (empty when it cannot be read).
+inline std::string slurp(const std::filesystem::path& p) {
+    std::ifstream in(p, std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
+
 struct CliResult {
     int code = -1;
     std::string out, err;
@@ -62,12 +70,6 @@ inline CliResult run_cli(const std::string& args, const std::filesystem::path& c
     const int status = std::system(cmd.c_str());
     CliResult r;
     r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    auto slurp = [](const std::string& p) {
-        std::ifstream in(p);
-        std::stringstream ss;
-        ss << in.rdbuf();
-        return ss.str();
-    };
     r.out = slurp(out);
     r.err = slurp(err);
     std::filesystem::remove(out);
