@@ -15,6 +15,7 @@
 #include "graphs/mha.hpp"
 #include "ops/ops.hpp"
 #include "support/helpers.hpp"
+#include "support/reference_mha.hpp"
 #include "support/op_helpers.hpp"
 
 using namespace attngraph;
@@ -66,52 +67,6 @@ std::size_t total_output_elements(const Graph& g) {
     return n;
 }
 
-// Multi-head self-attention in plain loops, in double: the executor's f64 result must match.
-std::vector<double> mha_reference(const graphs::MhaWeights& w, std::size_t n, std::size_t d, std::size_t h) {
-    const std::size_t dk = d / h;
-    auto at = [](const Tensor& t, std::size_t i) { return t.at_flat(i); };
-    std::vector<double> concat(n * d);
-    for (std::size_t head = 0; head < h; ++head) {
-        std::vector<double> q(n * dk), k(n * dk), v(n * dk);
-        for (std::size_t r = 0; r < n; ++r)
-            for (std::size_t j = 0; j < dk; ++j) {
-                double sq = at(w.bq[head], j), sk = at(w.bk[head], j), sv = at(w.bv[head], j);
-                for (std::size_t i = 0; i < d; ++i) {
-                    const double x = at(w.x, r * d + i);
-                    sq += x * at(w.wq[head], i * dk + j);
-                    sk += x * at(w.wk[head], i * dk + j);
-                    sv += x * at(w.wv[head], i * dk + j);
-                }
-                q[r * dk + j] = sq;
-                k[r * dk + j] = sk;
-                v[r * dk + j] = sv;
-            }
-        for (std::size_t r = 0; r < n; ++r) {
-            std::vector<double> s(n);
-            double mx = -INFINITY, sum = 0;
-            for (std::size_t c = 0; c < n; ++c) {
-                double dot = 0;
-                for (std::size_t j = 0; j < dk; ++j) dot += q[r * dk + j] * k[c * dk + j];
-                s[c] = dot / std::sqrt(static_cast<double>(dk));
-                mx = std::max(mx, s[c]);
-            }
-            for (auto& x : s) sum += (x = std::exp(x - mx));
-            for (std::size_t j = 0; j < dk; ++j) {
-                double o = 0;
-                for (std::size_t c = 0; c < n; ++c) o += s[c] / sum * v[c * dk + j];
-                concat[r * d + head * dk + j] = o;
-            }
-        }
-    }
-    std::vector<double> y(n * d);
-    for (std::size_t r = 0; r < n; ++r)
-        for (std::size_t j = 0; j < d; ++j) {
-            double s = at(w.bo, j);
-            for (std::size_t i = 0; i < d; ++i) s += concat[r * d + i] * at(w.wo, i * d + j);
-            y[r * d + j] = s;
-        }
-    return y;
-}
 
 }  // namespace
 
@@ -179,7 +134,7 @@ BOOST_DATA_TEST_CASE(big_graph_matches_plain_loops, bdata::make({1, 4}), threads
     o.threads = threads;
     const RunResult r = run(g, o);
     const Tensor& y = r.at(g, "Y");
-    const auto want = mha_reference(w, c.seq, c.d_model, c.heads);
+    const auto want = test::reference_mha(c, w);
     BOOST_TEST_REQUIRE(y.size() == want.size());
     double worst = 0;
     for (std::size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::abs(y.at_flat(i) - want[i]));
