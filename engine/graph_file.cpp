@@ -110,41 +110,50 @@ fs::path resolve_npy(const std::string& rel, const fs::path& base_dir, bool allo
     return p;
 }
 
-// nlohmann::json keeps the last of two equal keys; a graph file with a tensor defined twice
-// must be an error instead.
-json::parser_callback_t reject_duplicate_keys() {
+// Builds the document as json::parse does, and refuses an object that names a key twice
+// (nlohmann::json would keep the last: a tensor defined twice must be an error instead).
+// A SAX handler rather than json::parse's callback: nlohmann 3.11.2's callback parser scans
+// the enclosing container each time an object closes, quadratic in the number of nodes.
+class StrictDomParser : public nlohmann::detail::json_sax_dom_parser<json> {
+public:
+    explicit StrictDomParser(json& result) : json_sax_dom_parser(result, /*allow_exceptions=*/true) {}
+
+    bool start_object(std::size_t n) {
+        open(true);
+        return json_sax_dom_parser::start_object(n);
+    }
+    bool end_object() {
+        levels_.pop_back();
+        return json_sax_dom_parser::end_object();
+    }
+    bool start_array(std::size_t n) {
+        open(false);
+        return json_sax_dom_parser::start_array(n);
+    }
+    bool end_array() {
+        levels_.pop_back();
+        return json_sax_dom_parser::end_array();
+    }
+    bool key(std::string& k) {
+        Level& top = levels_.back();
+        if (!top.keys.insert(k).second) throw GraphError("duplicate key '" + k + "' in " + top.name);
+        top.key = k;
+        return json_sax_dom_parser::key(k);
+    }
+
+private:
     struct Level {
         bool object;
-        std::string name, key;
+        std::string name, key;  // name: how an error names this container; key: its last key
         std::set<std::string> keys;
     };
-    auto stack = std::make_shared<std::vector<Level>>();
-    return [stack](int, json::parse_event_t event, json& parsed) {
-        switch (event) {
-            case json::parse_event_t::object_start:
-            case json::parse_event_t::array_start: {
-                std::string name = "the graph";
-                if (!stack->empty()) name = stack->back().object ? "\"" + stack->back().key + "\"" : stack->back().name;
-                stack->push_back({event == json::parse_event_t::object_start, name, "", {}});
-                break;
-            }
-            case json::parse_event_t::object_end:
-            case json::parse_event_t::array_end:
-                if (!stack->empty()) stack->pop_back();
-                break;
-            case json::parse_event_t::key: {
-                Level& top = stack->back();
-                top.key = parsed.get<std::string>();
-                if (!top.keys.insert(top.key).second)
-                    throw GraphError("duplicate key '" + top.key + "' in " + top.name);
-                break;
-            }
-            default:
-                break;
-        }
-        return true;
-    };
-}
+    void open(bool object) {
+        std::string name = "the graph";
+        if (!levels_.empty()) name = levels_.back().object ? "\"" + levels_.back().key + "\"" : levels_.back().name;
+        levels_.push_back({object, std::move(name), "", {}});
+    }
+    std::vector<Level> levels_;
+};
 
 }  // namespace
 
@@ -153,7 +162,8 @@ Graph parse_graph(const std::string& text, const fs::path& base_dir, const std::
     try {
         json doc;
         try {
-            doc = json::parse(text, reject_duplicate_keys());
+            StrictDomParser handler(doc);
+            json::sax_parse(text, &handler);
         } catch (const json::exception& e) {  // parse_error, or out_of_range for 1e400
             std::string msg = e.what();
             if (auto pos = msg.find("] "); pos != std::string::npos) msg = msg.substr(pos + 2);
