@@ -142,8 +142,9 @@ public:
         if (parallel) {
             m_group = std::make_unique<tbb::task_group>();
             for (std::size_t i = nodes.size(); i-- > 0;)
-                if (m_plan.runs[i] && m_pending[i] == 0) m_group->run([this, i] { execute(i); });
+                if (m_plan.runs[i] && m_pending[i] == 0) spawn(i);
             m_group->wait();
+            tsan_acquire(&m_tasks_done);
         } else {
             for (std::size_t i = nodes.size(); i-- > 0 && !m_stop;)
                 if (m_plan.runs[i]) execute(i);
@@ -247,10 +248,18 @@ private:
         }
         const int producer = m_graph.values()[v].producer;
         if (producer < 0 || !m_plan.runs[static_cast<std::size_t>(producer)]) return;
-        if (--m_pending[static_cast<std::size_t>(producer)] == 0 && m_group) {
-            const auto p = static_cast<std::size_t>(producer);
-            m_group->run([this, p] { execute(p); });
-        }
+        if (--m_pending[static_cast<std::size_t>(producer)] == 0 && m_group) spawn(static_cast<std::size_t>(producer));
+    }
+
+    // (tsan_release/acquire: the hand-offs through oneTBB, for ThreadSanitizer only)
+    void spawn(std::size_t i) {
+        const void* sync = &m_pending[i];
+        tsan_release(sync);
+        m_group->run([this, i, sync] {
+            tsan_acquire(sync);  // before touching any member
+            execute(i);
+            tsan_release(&m_tasks_done);
+        });
     }
 
     const Graph& m_graph;
@@ -263,6 +272,7 @@ private:
     std::unique_ptr<std::atomic<int>[]> m_pending;    // node index -> outputs still incomplete
     std::vector<double> m_seconds;
     std::unique_ptr<tbb::task_group> m_group;
+    char m_tasks_done = 0;  // ThreadSanitizer: every task's work happens before wait() returns
     std::atomic<bool> m_stop{false};
     std::mutex m_error_mutex;
     std::exception_ptr m_error;
@@ -323,7 +333,9 @@ Gradients backward(const Graph& graph, const RunResult& forward, const std::map<
     const bool parallel = threads > 1 && plan.work > inline_work_limit;
     Gradients result;
     tbb::task_arena arena(threads);
+    tsan_release(&result);  // the arena may run the functor on one of its own threads
     arena.execute([&] {
+        tsan_acquire(&result);
         if (graph.dtype() == DType::f32) {
             BackwardRun<float> run(graph, forward, plan, std::move(seeds));
             run.execute_all(parallel);
@@ -333,7 +345,9 @@ Gradients backward(const Graph& graph, const RunResult& forward, const std::map<
             run.execute_all(parallel);
             result = run.result();
         }
+        tsan_release(&result);
     });
+    tsan_acquire(&result);
     return result;
 }
 
