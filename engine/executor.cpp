@@ -133,7 +133,6 @@ private:
     void execute(std::size_t i) {
         try {
             const Step& step = m_plan.steps[i];
-            const Node& node = m_graph.nodes()[static_cast<std::size_t>(step.node)];
             const auto t0 = std::chrono::steady_clock::now();
             std::vector<const Array<T>*> in;
             in.reserve(step.inputs.size());

@@ -13,6 +13,17 @@ namespace attngraph::softmax_detail {
 // One row in three passes: y = scale·x and its maximum; y = exp(y - max) and their sum;
 // y *= 1/sum. The tail (len % lanes) goes through a padded batch so every value takes the
 // same exp.
+//
+// exp's argument is clamped at -1000: xsimd's exp converts its reduced argument to an integer,
+// which for -inf (a masked score, the tail's padding) or a huge negative difference is
+// undefined behaviour. exp(-1000) is 0 in float and double, as exp(-inf) is, so the clamp
+// changes no result; a NaN passes through (NaN < lo is false).
+template <class B>
+B exp_arg(const B& d) {
+    const B lo = B::broadcast(typename B::value_type(-1000));
+    return xsimd::select(d < lo, lo, d);
+}
+
 template <class Arch, class T>
 void softmax_row(const T* x, T* y, std::size_t len, T scale, bool scaled) {
     using B = xsimd::batch<T, Arch>;
@@ -45,14 +56,14 @@ void softmax_row(const T* x, T* y, std::size_t len, T scale, bool scaled) {
     const B vmx = B::broadcast(mx);
     B vsum = B::broadcast(T(0));
     for (std::size_t i = 0; i < body; i += lanes) {
-        const B e = xsimd::exp(B::load_unaligned(y + i) - vmx);
+        const B e = xsimd::exp(exp_arg(B::load_unaligned(y + i) - vmx));
         e.store_unaligned(y + i);
         vsum += e;
     }
     T sum = xsimd::hadd(vsum);
     if (body < len) {
         for (std::size_t i = 0; i < lanes; ++i) tail[i] = body + i < len ? y[body + i] : neg_inf;
-        const B e = xsimd::exp(B::load_aligned(tail) - vmx);
+        const B e = xsimd::exp(exp_arg(B::load_aligned(tail) - vmx));
         e.store_aligned(tail);
         for (std::size_t i = body; i < len; ++i) {
             y[i] = tail[i - body];

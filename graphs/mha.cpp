@@ -99,7 +99,8 @@ Graph build_mha(const MhaConfig& c, const MhaWeights& w) {
         heads.push_back(matmul(a, v).as(h + "O"));
     }
     Value o = concat(heads, -1).as("O_concat");
-    Value y = linear(o, g.param("Wo", w.wo), g.param("bo", w.bo)).as("Y");
+    Value wo = g.param("Wo", w.wo), bo = g.param("bo", w.bo);  // in this order (not two call arguments)
+    Value y = linear(o, wo, bo).as("Y");
     g.output(y);
     return g.build();
 }

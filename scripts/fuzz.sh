@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer targets (preset fuzz, clang) and fuzzes each for SECONDS (default 60),
+# Builds the libFuzzer targets (preset asan: clang, ASan + UBSan) and fuzzes each for SECONDS (default 60),
 # starting from the seed corpora: graphs/*.json and tests/data/malformed/ for graph files,
 # fuzz/corpus/npy/ and tests/data/ .npy files for the .npy reader. A crash leaves its input in
-# build/fuzz/findings/ and fails; turn it into a regression test (tests/data/regressions/).
+# build/asan/findings/ and fails; turn it into a regression test (tests/data/regressions/).
 # usage: scripts/fuzz.sh [SECONDS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds="${1:-60}"
 scripts/install-deps.sh clang libclang-rt-14-dev
-cmake --preset fuzz >/dev/null
-cmake --build --preset fuzz
-bin=build/fuzz/fuzz
-findings=build/fuzz/findings
+cmake --preset asan >/dev/null
+cmake --build --preset asan --target fuzz_graph_file fuzz_npy
+bin=build/asan/fuzz
+findings=build/asan/findings
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$findings" "$work/graph" "$work/npy"

@@ -4,7 +4,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 preset="${1:-release}"
-scripts/install-deps.sh
+extra=()
+[ "$preset" = asan ] && extra=(clang libclang-rt-14-dev)  # the asan preset builds with clang
+scripts/install-deps.sh "${extra[@]}"
 cmake --preset "$preset" >/dev/null
 cmake --build --preset "$preset"
 ctest --preset "$preset" -j2
