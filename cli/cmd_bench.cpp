@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <functional>
 #include <iostream>
 #include <limits>
@@ -116,6 +117,12 @@ double rounded(double v, int digits) {
     return std::round(v * p) / p;
 }
 
+// v to `significant` digits: a slow run's GFLOP/s stays non-zero (0.0031, not 0.00)
+double significant(double v, int digits) {
+    if (v == 0 || !std::isfinite(v)) return v;
+    return rounded(v, digits - static_cast<int>(std::ceil(std::log10(std::fabs(v)))));
+}
+
 void bench_gemm(const BenchArgs& a) {
     const std::size_t n = a.gemm;
     const Tensor ta = graphs::random_tensor({n, n}, DType::f32, 11), tb = graphs::random_tensor({n, n}, DType::f32, 12);
@@ -139,7 +146,7 @@ void bench_gemm(const BenchArgs& a) {
     j["gemm"] = n;
     j["threads"] = executor.threads();
     j["median_ms"] = rounded(t.median_ms, 4);
-    j["gflops"] = rounded(flops / (t.median_ms * 1e-3) / 1e9, 2);
+    j["gflops"] = significant(flops / (t.median_ms * 1e-3) / 1e9, 4);
     std::cout << j.dump() << std::endl;
 }
 
@@ -190,7 +197,7 @@ void bench_graph(const BenchArgs& a) {
     j["median_ms"] = rounded(t.median_ms, 4);
     j["min_ms"] = rounded(t.min_ms, 4);
     // a GEMM's backward is two GEMMs of its size (dA and dB)
-    j["gflops"] = rounded((a.backward ? 3 : 1) * graph_flops(graph) / (t.median_ms * 1e-3) / 1e9, 2);
+    j["gflops"] = significant((a.backward ? 3 : 1) * graph_flops(graph) / (t.median_ms * 1e-3) / 1e9, 4);
     j["peak_rss_mb"] = rounded(peak_rss_mb(), 1);
     std::cout << j.dump() << std::endl;
 }

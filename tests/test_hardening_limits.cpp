@@ -11,6 +11,7 @@
 #include "engine/executor.hpp"
 #include "engine/graph_file.hpp"
 #include "engine/npy.hpp"
+#include "engine/parallel.hpp"  // ATTNGRAPH_TSAN
 #include "ops/ops.hpp"
 #include "support/helpers.hpp"
 
@@ -191,7 +192,14 @@ BOOST_AUTO_TEST_CASE(malformed_npy_headers_are_refused) {
 
 namespace {
 
+// Under ThreadSanitizer 20,000: its shadow state makes a 100,000-node run take minutes there,
+// and what it checks (the executor's hand-offs) does not need the size. Every other build,
+// the release suite among them, runs 100,000.
+#ifdef ATTNGRAPH_TSAN
+constexpr std::size_t big = 20000;
+#else
 constexpr std::size_t big = 100000;
+#endif
 
 // X (1x4) through `big` Scale nodes in a chain, listed last node first (so the loader has to
 // sort them) — or, `wide`, every node reading X.
@@ -226,7 +234,7 @@ BOOST_AUTO_TEST_CASE(a_100000_node_chain_loads_and_runs) {
         const Tensor& y = r.at(g, std::string("s").append(std::to_string(big - 1)));
         for (std::size_t i = 0; i < 4; ++i) BOOST_TEST(y.at_flat(i) == expected[i]);
     }
-    BOOST_TEST(expected[0] > 22000.0f);  // 1.0001^100000 = e^9.9995
+    BOOST_TEST(expected[0] > 1.0f + 0.0001f * big);  // Bernoulli: 1.0001^big > 1 + big/10^4
 }
 
 BOOST_AUTO_TEST_CASE(a_100000_node_wide_graph_loads_and_runs) {
@@ -256,7 +264,7 @@ BOOST_AUTO_TEST_CASE(a_100000_node_graph_from_cpp) {
         RunOptions o;
         o.threads = 2;
         const RunResult r = run(g, o);
-        BOOST_TEST(r.at(g, v.name()).at_flat(1) == 2.0);  // (0.5 · 2)^50000, exactly
+        BOOST_TEST(r.at(g, v.name()).at_flat(1) == 2.0);  // (0.5 · 2)^(big/2), exactly
     }
 }
 
