@@ -30,10 +30,6 @@ void Gradients::add(const std::string& name, std::shared_ptr<const Tensor> grad)
 
 namespace {
 
-// Backward passes with less work than this run inline on the calling thread (as the
-// executor does for the forward).
-constexpr std::size_t inline_work_limit = 1 << 16;
-
 template <class T>
 Array<T> zeros_like_shape(const Shape& s) {
     return Array<T>(typename Array<T>::shape_type(s.begin(), s.end()), T(0));

@@ -122,17 +122,12 @@ Value GraphBuilder::node(const std::string& op_name, const std::vector<Value>& i
         shapes.push_back(shape_of(v.name()));
         operands += (operands.empty() ? "" : ", ") + v.name() + " (" + shape_str(shapes.back()) + ")";
     }
-    std::vector<Shape> out;
     try {
         op.attrs_to_json(attrs);  // the attrs must be this op's struct
-        out = op.infer_shapes(attrs, shapes);
     } catch (const std::bad_any_cast&) {
         throw GraphError(where + ": attributes of the wrong type");
-    } catch (const ShapeError& e) {
-        throw ShapeError(where + ": " + e.what() + "; inputs: " + operands);
-    } catch (const GraphError& e) {
-        throw GraphError(where + ": " + e.what());
     }
+    const std::vector<Shape> out = op.infer_shapes_at(attrs, shapes, where, operands);
     for (const auto& r : refs) {
         ++m_consumers[r];
         ++m_consumers[split_ref(r).first];
@@ -286,16 +281,7 @@ Graph GraphBuilder::build() const {
             in.push_back(g.m_values[static_cast<std::size_t>(id)].shape);
             operands += (operands.empty() ? "" : ", ") + ref + " (" + shape_str(in.back()) + ")";
         }
-        std::vector<Shape> out;
-        try {
-            out = node.op->infer_shapes(node.attrs, in);
-        } catch (const std::bad_any_cast&) {
-            throw GraphError(where + ": attributes of the wrong type");
-        } catch (const ShapeError& e) {
-            throw ShapeError(where + ": " + e.what() + "; inputs: " + operands);
-        } catch (const GraphError& e) {
-            throw GraphError(where + ": " + e.what());
-        }
+        const std::vector<Shape> out = node.op->infer_shapes_at(node.attrs, in, where, operands);
         const int node_index = static_cast<int>(g.m_nodes.size());
         for (std::size_t k = 0; k < out.size(); ++k) {
             ValueInfo v;

@@ -36,10 +36,6 @@ const Tensor& RunResult::at(const Graph& g, const std::string& name) const {
 
 namespace {
 
-// Graphs with less work than this run inline on the calling thread: scheduling would cost
-// more than it saves (the seed graph is ~100 flops a node).
-constexpr std::size_t inline_work_limit = 1 << 16;
-
 template <class T>
 class Run {
 public:

@@ -80,15 +80,8 @@ void Graph::infer_shapes() {
     for (const Node& node : m_nodes) {
         std::vector<Shape> in;
         for (int id : node.inputs) in.push_back(m_values[static_cast<std::size_t>(id)].shape);
-        std::vector<Shape> out;
-        try {
-            out = node.op->infer_shapes(node.attrs, in);
-        } catch (const ShapeError& e) {
-            throw ShapeError("node '" + node.name + "' (" + node.op->name + "): " + e.what() +
-                             "; inputs: " + operand_list(*this, node));
-        } catch (const GraphError& e) {
-            throw GraphError("node '" + node.name + "' (" + node.op->name + "): " + e.what());
-        }
+        const std::vector<Shape> out = node.op->infer_shapes_at(
+            node.attrs, in, "node '" + node.name + "' (" + node.op->name + ")", operand_list(*this, node));
         if (out.size() != node.outputs.size())
             throw ShapeError("node '" + node.name + "' (" + node.op->name + "): now has " +
                              std::to_string(out.size()) + " outputs instead of " +

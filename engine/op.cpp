@@ -12,6 +12,19 @@ std::string OpDef::arity_text() const {
     return std::to_string(min_inputs) + " to " + std::to_string(max_inputs);
 }
 
+std::vector<Shape> OpDef::infer_shapes_at(const std::any& attrs, const std::vector<Shape>& in,
+                                          const std::string& where, const std::string& operands) const {
+    try {
+        return infer_shapes(attrs, in);
+    } catch (const std::bad_any_cast&) {
+        throw GraphError(where + ": attributes of the wrong type");
+    } catch (const ShapeError& e) {
+        throw ShapeError(where + ": " + e.what() + "; inputs: " + operands);
+    } catch (const GraphError& e) {
+        throw GraphError(where + ": " + e.what());
+    }
+}
+
 OpRegistry& OpRegistry::instance() {
     static OpRegistry registry = [] {
         OpRegistry r;

@@ -43,6 +43,12 @@ struct OpDef {
     std::string name;
     int min_inputs = 1;
     int max_inputs = 1;  // -1: any number
+
+    /// infer_shapes(attrs, in), its errors prefixed with `where` ("node 'x' (MatMul)"): a
+    /// ShapeError also lists `operands` ("a (2x3), b (4x5)"); attributes of another op's type
+    /// are a GraphError.
+    std::vector<Shape> infer_shapes_at(const std::any& attrs, const std::vector<Shape>& in, const std::string& where,
+                                       const std::string& operands) const;
     std::function<std::any(const nlohmann::json& j, const std::string& where)> parse_attrs;
     std::function<nlohmann::json(const std::any&)> attrs_to_json;
     std::function<std::vector<Shape>(const std::any&, const std::vector<Shape>&)> infer_shapes;

@@ -40,6 +40,10 @@ inline void tsan_acquire([[maybe_unused]] const void* sync) {
 #endif
 }
 
+/// Runs (forward or backward) with less work than this run inline on the calling thread:
+/// scheduling would cost more than it saves (the seed graph is ~100 flops a node).
+constexpr std::size_t inline_work_limit = 1 << 16;
+
 /// @brief Calls body(begin, end) over fixed chunks of [0, n) of at most `grain` items.
 template <class Body>
 void parallel_chunks(std::size_t n, std::size_t grain, const Body& body) {
