@@ -127,7 +127,7 @@ Value GraphBuilder::node(const std::string& op_name, const std::vector<Value>& i
     } catch (const std::bad_any_cast&) {
         throw GraphError(where + ": attributes of the wrong type");
     }
-    const std::vector<Shape> out = op.infer_shapes_at(attrs, shapes, where, operands);
+    const std::vector<Shape> out = op.infer_shapes_at(attrs, shapes, where, [&] { return operands; });
     for (const auto& r : refs) {
         ++m_consumers[r];
         ++m_consumers[split_ref(r).first];
@@ -281,7 +281,7 @@ Graph GraphBuilder::build() const {
             in.push_back(g.m_values[static_cast<std::size_t>(id)].shape);
             operands += (operands.empty() ? "" : ", ") + ref + " (" + shape_str(in.back()) + ")";
         }
-        const std::vector<Shape> out = node.op->infer_shapes_at(node.attrs, in, where, operands);
+        const std::vector<Shape> out = node.op->infer_shapes_at(node.attrs, in, where, [&] { return operands; });
         const int node_index = static_cast<int>(g.m_nodes.size());
         for (std::size_t k = 0; k < out.size(); ++k) {
             ValueInfo v;

@@ -81,7 +81,7 @@ void Graph::infer_shapes() {
         std::vector<Shape> in;
         for (int id : node.inputs) in.push_back(m_values[static_cast<std::size_t>(id)].shape);
         const std::vector<Shape> out = node.op->infer_shapes_at(
-            node.attrs, in, "node '" + node.name + "' (" + node.op->name + ")", operand_list(*this, node));
+            node.attrs, in, "node '" + node.name + "' (" + node.op->name + ")", [&] { return operand_list(*this, node); });
         if (out.size() != node.outputs.size())
             throw ShapeError("node '" + node.name + "' (" + node.op->name + "): now has " +
                              std::to_string(out.size()) + " outputs instead of " +

@@ -13,13 +13,14 @@ std::string OpDef::arity_text() const {
 }
 
 std::vector<Shape> OpDef::infer_shapes_at(const std::any& attrs, const std::vector<Shape>& in,
-                                          const std::string& where, const std::string& operands) const {
+                                          const std::string& where,
+                                          const std::function<std::string()>& operands) const {
     try {
         return infer_shapes(attrs, in);
     } catch (const std::bad_any_cast&) {
         throw GraphError(where + ": attributes of the wrong type");
     } catch (const ShapeError& e) {
-        throw ShapeError(where + ": " + e.what() + "; inputs: " + operands);
+        throw ShapeError(where + ": " + e.what() + "; inputs: " + operands());
     } catch (const GraphError& e) {
         throw GraphError(where + ": " + e.what());
     }

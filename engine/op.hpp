@@ -45,10 +45,10 @@ struct OpDef {
     int max_inputs = 1;  // -1: any number
 
     /// infer_shapes(attrs, in), its errors prefixed with `where` ("node 'x' (MatMul)"): a
-    /// ShapeError also lists `operands` ("a (2x3), b (4x5)"); attributes of another op's type
-    /// are a GraphError.
+    /// ShapeError also lists operands() ("a (2x3), b (4x5)"; called only then); attributes of
+    /// another op's type are a GraphError.
     std::vector<Shape> infer_shapes_at(const std::any& attrs, const std::vector<Shape>& in, const std::string& where,
-                                       const std::string& operands) const;
+                                       const std::function<std::string()>& operands) const;
     std::function<std::any(const nlohmann::json& j, const std::string& where)> parse_attrs;
     std::function<nlohmann::json(const std::any&)> attrs_to_json;
     std::function<std::vector<Shape>(const std::any&, const std::vector<Shape>&)> infer_shapes;
