@@ -24,7 +24,7 @@ Array<float> random_array(const Shape& shape, std::uint64_t seed) {
 void run_op(benchmark::State& state, const std::string& name, const nlohmann::json& attrs,
             const std::vector<Shape>& in_shapes, int threads) {
     const OpDef& op = OpRegistry::instance().get(name);
-    const std::any a = op.parse_attrs(attrs, "bench");
+    const NodeAttrs a = op.parse_attrs(attrs, "bench");
     std::vector<Array<float>> inputs;
     for (std::size_t i = 0; i < in_shapes.size(); ++i) inputs.push_back(random_array(in_shapes[i], i + 1));
     std::vector<const Array<float>*> in;
@@ -108,6 +108,22 @@ static void BM_Gemm(benchmark::State& state) {  // N x N x N through engine/gemm
     set_flops(state, 2.0 * n * n * n);
 }
 
+// A projection of n = 128 rows, (128 x 768)·(768 x 768): one row block, so only the GEMM's
+// column blocks give the second core work.
+static void BM_GemmFewRows(benchmark::State& state) {
+    const std::size_t m = arg(state, 0), d = 768;
+    const Array<float> a = random_array({m, d}, 1), b = random_array({d, d}, 2);
+    Array<float> c = Array<float>::from_shape({m, d});
+    tbb::task_arena arena(static_cast<int>(state.range(1)));
+    arena.execute([&] {
+        for (auto _ : state) {
+            gemm<float>(false, false, m, d, d, 1.0f, a.data(), d, b.data(), d, 0.0f, c.data(), d);
+            benchmark::DoNotOptimize(c.data());
+        }
+    });
+    set_flops(state, 2.0 * m * d * d);
+}
+
 // One head's attention from Q, K, V: the fused step, or the plain chain (traced run).
 static void attention_head(benchmark::State& state, bool fused) {
     const std::size_t n = arg(state, 0);
@@ -170,6 +186,11 @@ BENCHMARK(BM_SoftmaxAxis0)->Apply(sizes);
 BENCHMARK(BM_Concat)->Apply(sizes);
 BENCHMARK(BM_AttentionHeadFused)->Apply(sizes);
 BENCHMARK(BM_AttentionHeadPlain)->Apply(sizes);
+BENCHMARK(BM_GemmFewRows)
+    ->ArgsProduct({{128}, {1, 2}})
+    ->ArgNames({"m", "threads"})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
 BENCHMARK(BM_Gemm)
     ->ArgsProduct({{512, 2048}, {1, 2}})
     ->ArgNames({"n", "threads"})

@@ -1,6 +1,7 @@
 // attngraph bench [--variant NAME] [--batch B] --seq N --d-model D --heads H [--threads T]
 //                 [--reps R] [--trace none|memory] [--backward]
 // attngraph bench --gemm N [--threads T] [--reps R]
+//   either form: [--blas CORE | --as-unknown-cpu]
 // Builds an attention variant at the given sizes with seeded random weights, runs one
 // warm-up and R timed runs, and prints one JSON line of timings.
 #include <malloc.h>
@@ -9,6 +10,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <functional>
 #include <iostream>
 #include <limits>
@@ -17,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/common.hpp"
+#include "cli/progress.hpp"
 #include "engine/autodiff.hpp"
 #include "engine/error.hpp"
 #include "engine/executor.hpp"
@@ -37,6 +40,8 @@ struct BenchArgs {
     bool backward = false;
     bool plain = false;
     bool default_malloc = false;
+    std::string blas;
+    bool as_unknown_cpu = false;
 };
 
 /// The sizes a variant is built at.
@@ -80,17 +85,17 @@ const BenchVariant& find_variant(const std::string& name) {
     throw Error("bench: unknown variant '" + name + "' (known: " + known + ")");
 }
 
-/// 2·m·n·k summed over the graph's GEMMs (Linear and MatMul nodes).
+/// The FLOPs of one forward run: each op's own count (2·m·n·k for the GEMMs of Linear and
+/// MatMul nodes; the others count none).
 double graph_flops(const Graph& g) {
     double flops = 0;
+    std::vector<Shape> in, out;
     for (const Node& node : g.nodes()) {
-        const Shape& a = g.value(node.inputs[0]).shape;
-        const Shape& out = g.value(node.outputs[0]).shape;
-        if (node.op->name == "Linear") {
-            flops += 2.0 * static_cast<double>(element_count(out)) * static_cast<double>(a.back());
-        } else if (node.op->name == "MatMul") {
-            flops += 2.0 * static_cast<double>(element_count(out)) * static_cast<double>(a.back());
-        }
+        in.clear();
+        out.clear();
+        for (int id : node.inputs) in.push_back(g.value(id).shape);
+        for (int id : node.outputs) out.push_back(g.value(id).shape);
+        flops += node.op->flops(node.attrs, in, out);
     }
     return flops;
 }
@@ -123,6 +128,27 @@ double significant(double v, int digits) {
     return rounded(v, digits - static_cast<int>(std::ceil(std::log10(std::fabs(v)))));
 }
 
+// The BLAS kernel to time: --blas forces one, --as-unknown-cpu starts from Prescott (what
+// OpenBLAS 0.3.21 runs on a CPU model it does not know) and lets the engine select.
+void choose_blas_kernel(const BenchArgs& a) {
+    if (!a.blas.empty() && !blas_use_kernel(a.blas))
+        throw Error("bench: OpenBLAS cannot switch to kernel '" + a.blas + "' (running " + blas_kernel().name + ")");
+    if (a.as_unknown_cpu) {
+        if (std::getenv("OPENBLAS_CORETYPE"))
+            throw Error(
+                "bench: --as-unknown-cpu selects the kernel as start-up does with OPENBLAS_CORETYPE unset; "
+                "unset it for this command");
+        if (!blas_use_kernel("Prescott"))
+            throw Error("bench: OpenBLAS cannot switch kernels (not a DYNAMIC_ARCH build)");
+        blas_select_kernel();
+    }
+}
+
+std::string blas_text() {
+    const BlasKernel k = blas_kernel();
+    return k.name + " (" + k.chosen_by + ")";
+}
+
 void bench_gemm(const BenchArgs& a) {
     const std::size_t n = a.gemm;
     const Tensor ta = graphs::random_tensor({n, n}, DType::f32, 11), tb = graphs::random_tensor({n, n}, DType::f32, 12);
@@ -132,19 +158,24 @@ void bench_gemm(const BenchArgs& a) {
     Executor executor(a.threads);  // resolves 0 to the core count
     tbb::task_arena arena(executor.threads());
     std::vector<double> seconds;
+    Progress progress("bench");
+    const auto runs = static_cast<std::size_t>(a.reps) + 1;
     arena.execute([&] {
         for (int r = 0; r <= a.reps; ++r) {
             const auto t0 = std::chrono::steady_clock::now();
             gemm<float>(false, false, n, n, n, 1.0f, pa, n, pb, n, 0.0f, c.data(), n);
             const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
             if (r > 0) seconds.push_back(s);  // run 0 is the warm-up
+            progress.update("", static_cast<std::size_t>(r) + 1, runs, "runs");
         }
     });
+    progress.finish();
     const Timings t = summarize(seconds);
     const double flops = 2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n);
     nlohmann::ordered_json j;
     j["gemm"] = n;
     j["threads"] = executor.threads();
+    j["blas"] = blas_text();
     j["median_ms"] = rounded(t.median_ms, 4);
     j["gflops"] = significant(flops / (t.median_ms * 1e-3) / 1e9, 4);
     std::cout << j.dump() << std::endl;
@@ -170,18 +201,21 @@ void bench_graph(const BenchArgs& a) {
     options.trace = a.trace == "memory";
     options.optimize = !a.plain;
     options.keep_all = a.backward;  // backward reads every forward value
-    BackwardOptions backward_options;
-    backward_options.threads = executor.threads();
-    for (const ValueInfo& v : graph.values())  // the gradients a training step needs: X and the weights
-        if (v.kind != ValueKind::node) backward_options.wrt.push_back(v.name);
+    std::vector<std::string> wrt;   // the gradients a training step needs: X and the weights
+    for (const ValueInfo& v : graph.values())
+        if (v.kind != ValueKind::node) wrt.push_back(v.name);
     std::vector<double> seconds;
+    Progress progress("bench");  // runs done: a per-node count would be called inside the timed runs
+    const auto runs = static_cast<std::size_t>(a.reps) + 1;
     for (int r = 0; r <= a.reps; ++r) {
         const auto t0 = std::chrono::steady_clock::now();
         RunResult result = executor.run(graph, options);
-        if (a.backward) backward(graph, result, {}, backward_options);
+        if (a.backward) executor.backward(graph, result, {}, wrt);
         const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         if (r > 0) seconds.push_back(s);
+        progress.update("", static_cast<std::size_t>(r) + 1, runs, "runs");
     }
+    progress.finish();
     const Timings t = summarize(seconds);
     nlohmann::ordered_json j;
     j["variant"] = a.variant;
@@ -190,6 +224,7 @@ void bench_graph(const BenchArgs& a) {
     j["d_model"] = graph.value(graph.at("X")).shape.back();
     j["heads"] = variant.needs_sizes ? a.heads : 2;
     j["threads"] = executor.threads();
+    j["blas"] = blas_text();
     j["trace"] = a.trace;
     if (a.plain) j["plan"] = "plain";
     if (a.default_malloc) j["malloc"] = "default";
@@ -226,7 +261,14 @@ void add_bench_command(CLI::App& app) {
     cmd->add_flag("--default-malloc", args->default_malloc,
                   "Leave glibc's malloc policy as is (by default bench keeps freed memory for the next run)");
     cmd->add_flag("--plain", args->plain, "Run one step per node, without the graph rewrites of engine/optimize.hpp");
+    cmd->add_option("--blas", args->blas,
+                    "Run this OpenBLAS kernel (an OPENBLAS_CORETYPE name, e.g. Prescott, Haswell, SkylakeX)");
+    cmd->add_flag("--as-unknown-cpu", args->as_unknown_cpu,
+                  "Start from Prescott, the kernel OpenBLAS 0.3.21 runs on a CPU it does not know, and let the "
+                  "engine select the kernel as it does at start-up")
+        ->excludes(cmd->get_option("--blas"));
     cmd->callback([args] {
+        choose_blas_kernel(*args);
         if (args->gemm)
             bench_gemm(*args);
         else

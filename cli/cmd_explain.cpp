@@ -26,7 +26,7 @@ void add_explain_command(CLI::App& app) {
         RunOptions o;
         o.threads = args->graph.threads;
         o.keep_all = true;
-        const RunResult result = run(graph, o);
+        const RunResult result = run_graph(args->graph, graph, o);
         write_output(args->output, inspect::explain_markdown(graph, result, args->options));
     });
 }

@@ -1,14 +1,17 @@
 // attngraph grad GRAPH.json [--input NAME=FILE.npy]... [--output-grad [NAME=]FILE.npy]...
 //                           [--wrt NAME,NAME...] [--trace DIR] [--threads N] [--dtype f32|f64] [--force]
+//                           [--full] [--patch NODE=FILE.npy]...
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
 
 #include "cli/common.hpp"
+#include "cli/progress.hpp"
 #include "engine/autodiff.hpp"
 #include "engine/error.hpp"
 #include "engine/executor.hpp"
 #include "engine/npy.hpp"
+#include "engine/patch.hpp"
 #include "engine/stats.hpp"
 #include "engine/trace.hpp"
 
@@ -23,6 +26,8 @@ struct GradArgs {
     std::string trace_dir;
     bool force = false;
     bool check_finite = false;
+    bool full = false;
+    std::vector<std::string> patches;  // NODE=FILE.npy
 };
 
 struct OutputGrads {
@@ -57,7 +62,7 @@ OutputGrads read_output_grads(const Graph& graph, const GradArgs& args) {
         if (files.count(name)) throw Error("--output-grad: two gradients given for output '" + name + "'");
         Tensor g;
         try {
-            g = load_npy(file);
+            g = load_npy(file, std::size_t(1) << 32, graph.dtype());
         } catch (const IoError& e) {
             throw IoError("--output-grad " + spec + ": " + e.what());
         }
@@ -94,9 +99,21 @@ void add_grad_command(CLI::App& app) {
     cmd->add_flag("--check-finite", args->check_finite,
                   "Stop at the first node whose output holds NaN or Inf (the partial forward trace is kept, marked "
                   "incomplete); after the backward pass, name the first value whose gradient does");
+    cmd->add_flag("--full", args->full,
+                  "Print every value of every gradient (by default one of more than 1000 values is summarised)");
+    cmd->add_option("--patch", args->patches,
+                    "Replace a node's output with a .npy file's values, a constant for the gradients: no gradient "
+                    "flows through it to the node's inputs (NODE=FILE.npy, repeatable)");
     cmd->callback([args] {
         if (!args->trace_dir.empty()) check_output_dir(args->trace_dir, args->force);
-        const Graph graph = load_with_inputs(args->graph);
+        const Graph loaded = load_with_inputs(args->graph);
+        // a patched value is frozen: the graph is differentiated with it as a param tensor
+        RunOptions patched;
+        add_patches(loaded, patched, args->patches, max_memory_bytes(args->graph) / 4);
+        const std::set<std::string> patched_set = patched_names(loaded, patched);
+        std::map<std::string, Tensor> frozen;
+        for (const auto& [id, value] : patched.patches) frozen[loaded.value(id).name] = *value;
+        const Graph graph = frozen.empty() ? loaded : freeze_values(loaded, frozen);
         std::vector<std::string> wrt = split_globs(args->wrt);
         for (const auto& name : wrt)
             if (graph.find(name) < 0)
@@ -104,7 +121,7 @@ void add_grad_command(CLI::App& app) {
                                  ") has no tensor or node named '" + name + "'");
         for (ValueKind kind : {ValueKind::param, ValueKind::input}) {  // every param, else every input
             if (!wrt.empty()) break;
-            for (const auto& v : graph.values())
+            for (const auto& v : loaded.values())
                 if (v.kind == kind) wrt.push_back(v.name);
         }
         const OutputGrads output_grads = read_output_grads(graph, *args);
@@ -113,26 +130,36 @@ void add_grad_command(CLI::App& app) {
         run_options.threads = args->graph.threads;
         run_options.keep_all = true;
         run_options.check_finite = args->check_finite;
-        const RunResult forward = run(graph, run_options);
+        Progress progress("grad");
+        run_options.progress = progress.callback("forward", "nodes");
+        const RunResult forward = run_graph(args->graph, graph, run_options);
         if (!forward.complete) {
-            if (!args->trace_dir.empty())
-                write_trace(make_trace(graph, forward), args->trace_dir, TraceFormat::npy, args->force);
+            if (!args->trace_dir.empty()) {
+                Trace partial = make_trace(graph, forward);
+                mark_patched(partial, patched_set);
+                write_trace(partial, args->trace_dir, TraceFormat::npy, args->force);
+            }
             const Node* bad = nullptr;
             for (const auto& n : graph.nodes())
                 if (n.name == forward.stopped_at) bad = &n;
-            throw Error(args->graph.graph + ": node '" + forward.stopped_at + "' (" + (bad ? bad->op->name : "?") +
-                        ") output has " + forward.stop_reason +
-                        (args->trace_dir.empty() ? ""
-                                                 : "; partial trace in " + args->trace_dir + " (marked incomplete)"));
+            throw Error(
+                args->graph.graph + ": node '" + forward.stopped_at + "' (" + (bad ? bad->op->name : "?") +
+                ") output has " + forward.stop_reason +
+                (args->trace_dir.empty() ? "" : "; partial trace in " + args->trace_dir + " (marked incomplete)"));
         }
         BackwardOptions options;
         options.threads = args->graph.threads;
         if (args->trace_dir.empty()) options.wrt = wrt;  // with a trace: every value
+        options.progress = progress.callback("backward", "nodes");
         const Gradients grads = backward(graph, forward, output_grads.tensors, options);
+        progress.finish();
 
         const std::string loss = "L = sum(G ⊙ output), G per output: " + output_grads.description;
-        if (!args->trace_dir.empty())
-            write_grad_trace(make_trace(graph, forward), grads, loss, args->trace_dir, args->force);
+        if (!args->trace_dir.empty()) {
+            Trace trace = make_trace(graph, forward);
+            mark_patched(trace, patched_set);
+            write_grad_trace(trace, grads, loss, args->trace_dir, args->force);
+        }
         if (args->check_finite) {  // the first gradient that went bad: nodes in backward order, then tensors
             std::vector<std::pair<std::string, std::string>> order;  // name, what
             for (auto n = graph.nodes().rbegin(); n != graph.nodes().rend(); ++n)
@@ -150,7 +177,6 @@ void add_grad_command(CLI::App& app) {
             }
         }
 
-
         std::cout << "# " << loss << "\n";
         Trace sequence, plain;  // rows labelled with the tokens, or not (params)
         sequence.tokens = graph.tokens();
@@ -161,7 +187,8 @@ void add_grad_command(CLI::App& app) {
             e.kind = "gradient";
             e.shape = v.shape;
             e.data = std::make_shared<const Tensor>(grads.at(name));
-            std::cout << entry_text(v.kind == ValueKind::param ? plain : sequence, e);
+            const Trace& labels = v.kind == ValueKind::param ? plain : sequence;
+            std::cout << (args->full ? entry_text(labels, e) : entry_summary_text(labels, e));
         }
         if (!args->trace_dir.empty()) std::cout << "trace written to " << args->trace_dir << "\n";
     });

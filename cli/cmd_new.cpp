@@ -2,16 +2,14 @@
 //                       [--window W] [--causal] [--kv-lengths L,..] [--seed S] [--dtype f32|f64]
 //                       -o FILE.json [--weights-dir DIR] [--force]
 // attngraph new --list
-#include <unistd.h>
-
 #include <charconv>
-#include <fstream>
 #include <iostream>
 
 #include "cli/common.hpp"
 #include "engine/error.hpp"
 #include "engine/trace.hpp"
 #include "graphs/variants.hpp"
+#include "graphs/weights_from.hpp"
 
 namespace attngraph::cli {
 
@@ -27,32 +25,9 @@ struct NewArgs {
     std::string dtype = "f32";
     std::string output;
     std::string weights_dir;
+    std::string weights_from, prefix;
     bool force = false;
 };
-
-// Writes `text` to `path` through a temporary sibling renamed into place.
-void write_file_atomically(const fs::path& path, const std::string& text) {
-    const fs::path target = fs::absolute(path);
-    const fs::path tmp =
-        target.parent_path() / ("." + target.filename().string() + ".tmp-" + std::to_string(::getpid()));
-    {
-        std::ofstream out(tmp, std::ios::binary);
-        out << text;
-        out.close();
-        if (!out) {
-            std::error_code ec;
-            fs::remove(tmp, ec);
-            throw IoError(path.string() + ": cannot write");
-        }
-    }
-    std::error_code ec;
-    fs::rename(tmp, target, ec);
-    if (ec) {
-        const std::string msg = ec.message();
-        fs::remove(tmp, ec);
-        throw IoError(path.string() + ": cannot move into place (" + msg + ")");
-    }
-}
 
 // The command line that makes this graph again, stored as the file's "description".
 std::string command_line(const NewArgs& a) {
@@ -64,6 +39,7 @@ std::string command_line(const NewArgs& a) {
     s += " --d-model " + std::to_string(c.d_model) + " --heads " + std::to_string(c.heads);
     if (c.groups) s += " --groups " + std::to_string(c.groups);
     if (c.window) s += " --window " + std::to_string(c.window);
+    if (c.past) s += " --past " + std::to_string(c.past);
     if (c.causal) s += " --causal";
     if (!c.lengths.empty()) {
         s += " --kv-lengths ";
@@ -71,6 +47,8 @@ std::string command_line(const NewArgs& a) {
     }
     s += " --seed " + std::to_string(c.seed);
     if (a.dtype != "f32") s += " --dtype " + a.dtype;
+    if (!a.weights_from.empty())
+        s += " --weights-from " + a.weights_from + (a.prefix.empty() ? "" : " --prefix " + a.prefix);
     return s;
 }
 
@@ -128,33 +106,18 @@ void run_new(NewArgs& a) {
     a.config.dtype = parse_dtype(a.dtype);
 
     const fs::path out = a.output;
-    std::error_code ec;
-    if (fs::exists(out, ec) && !a.force) throw IoError(out.string() + ": exists (use --force to replace it)");
-    if (fs::is_directory(out, ec)) throw IoError(out.string() + ": is a directory");
-    if (!a.weights_dir.empty()) check_output_dir(a.weights_dir, a.force);
-
-    const Graph graph = graphs::build_variant(a.config);
-    const fs::path graph_dir = fs::absolute(out).parent_path();
-    if (!fs::is_directory(graph_dir, ec)) throw IoError(graph_dir.string() + ": no such directory");
-    nlohmann::json doc;
-    if (a.weights_dir.empty()) {
-        doc = graph_to_json(graph);
-    } else {
-        const fs::path weights = fs::absolute(a.weights_dir).lexically_normal();
-        write_directory_atomically(weights, a.force, [&](const fs::path& tmp) {
-            doc = graph_to_json(graph, tmp, graph_dir);
-            for (auto& [name, t] : doc["tensors"].items())
-                t["npy"] = fs::relative(weights / (name + ".npy"), graph_dir).generic_string();
-        });
-    }
+    check_graph_output(out, a.weights_dir, a.force);
+    Graph graph = graphs::build_variant(a.config);
+    if (!a.weights_from.empty()) graph = graphs::with_weights_from(graph, a.weights_from, a.prefix);
+    nlohmann::json doc = graph_document(graph, out, a.weights_dir, a.force);
     doc["description"] = command_line(a);
     if (graph.dtype() == DType::f32)
         for (auto& [name, t] : doc["tensors"].items())
             if (t.contains("data")) shorten_f32(t["data"]);
-    write_file_atomically(out, graph_file_text(graph, doc));
+    write_output(out.string(), graph_file_text(graph, doc));
     std::printf("wrote %s: variant %s, %zu nodes\n", out.string().c_str(), a.variant.c_str(), graph.nodes().size());
     if (!a.weights_dir.empty()) {
-        const fs::path rel = fs::relative(fs::absolute(a.weights_dir), graph_dir);
+        const fs::path rel = fs::relative(fs::absolute(a.weights_dir), fs::absolute(out).parent_path());
         if (rel.empty() || *rel.begin() == "..")
             std::fprintf(stderr,
                          "note: the weights are outside the graph file's folder: load it with --allow-outside-paths\n");
@@ -168,7 +131,7 @@ void add_new_command(CLI::App& app) {
     auto& c = args->config;
     CLI::App* cmd = app.add_subcommand("new", "Write a graph file of an attention variant (attngraph new --list)");
     cmd->add_option("variant", args->variant,
-                    "Variant: mha, mha-batched, causal, cross, mqa, gqa, sliding-window, alibi");
+                    "Variant: mha, mha-batched, causal, cross, mqa, gqa, sliding-window, alibi, decode");
     cmd->add_flag("--list", args->list, "List the variants");
     cmd->add_option("--batch", c.batch, "Batch size B (default 0: X is (n, d_model) without a batch axis)");
     cmd->add_option("--seq", c.seq, "Sequence length n (queries)");
@@ -177,6 +140,7 @@ void add_new_command(CLI::App& app) {
     cmd->add_option("--heads", c.heads, "Query heads h (d_model must be a multiple)");
     cmd->add_option("--groups", c.groups, "K/V heads g of gqa (heads must be a multiple)");
     cmd->add_option("--window", c.window, "Window width w of sliding-window");
+    cmd->add_option("--past", c.past, "decode: cached keys/values before the new tokens (--seq of them)");
     cmd->add_flag("--causal", c.causal, "sliding-window: keys 0 <= i - j < w only");
     cmd->add_option("--kv-lengths", args->lengths,
                     "Key padding: valid keys per sequence (comma-separated, needs --batch)")
@@ -186,6 +150,10 @@ void add_new_command(CLI::App& app) {
     cmd->add_option("-o,--output", args->output, "Graph file to write");
     cmd->add_option("--weights-dir", args->weights_dir, "Write the tensors as .npy files into this directory");
     cmd->add_flag("--force", args->force, "Replace an existing output file / non-empty weights directory");
+    cmd->add_option(
+        "--weights-from", args->weights_from,
+        "Take the projections from a safetensors file (Hugging Face names: PREFIX{q,k,v,o}_proj.weight/.bias)");
+    cmd->add_option("--prefix", args->prefix, "Key prefix in --weights-from, e.g. layers.0.self_attn.");
     c.seq = 0;
     c.d_model = 0;
     c.heads = 0;

@@ -1,5 +1,6 @@
 // attngraph report DIR -o report.html: one self-contained HTML page of a trace.
 #include "cli/common.hpp"
+#include "cli/progress.hpp"
 #include "inspect/report.hpp"
 
 namespace attngraph::cli {
@@ -23,7 +24,12 @@ void add_report_command(CLI::App& app) {
         ->check(CLI::Range(8, 4096));
     cmd->callback([args] {
         const inspect::TraceDir trace(args->trace_dir);
-        write_output(args->output, inspect::report_html(trace, args->options));
+        Progress progress("report");
+        inspect::ReportOptions options = args->options;
+        options.progress = progress.callback("", "values");
+        const std::string page = inspect::report_html(trace, options);
+        progress.finish();
+        write_output(args->output, page);
     });
 }
 

@@ -6,6 +6,7 @@
 
 #include "engine/error.hpp"
 #include "engine/npy.hpp"
+#include "onnx/import.hpp"
 
 namespace attngraph::cli {
 
@@ -32,12 +33,18 @@ std::size_t parse_bytes(const std::string& text) {
     }
     const std::string unit = text.substr(pos);
     unsigned long long mult = 1;
-    if (unit == "" || unit == "B") mult = 1;
-    else if (unit == "K" || unit == "KB") mult = 1ull << 10;
-    else if (unit == "M" || unit == "MB") mult = 1ull << 20;
-    else if (unit == "G" || unit == "GB") mult = 1ull << 30;
-    else if (unit == "T" || unit == "TB") mult = 1ull << 40;
-    else throw Error("--max-memory: unknown unit '" + unit + "' (use K, M, G or T)");
+    if (unit == "" || unit == "B")
+        mult = 1;
+    else if (unit == "K" || unit == "KB")
+        mult = 1ull << 10;
+    else if (unit == "M" || unit == "MB")
+        mult = 1ull << 20;
+    else if (unit == "G" || unit == "GB")
+        mult = 1ull << 30;
+    else if (unit == "T" || unit == "TB")
+        mult = 1ull << 40;
+    else
+        throw Error("--max-memory: unknown unit '" + unit + "' (use K, M, G or T)");
     if (text.find('-') != std::string::npos || v == 0 || v > ULLONG_MAX / mult)
         throw Error("--max-memory: '" + text + "' is not a size (e.g. 4G, 512M)");
     return static_cast<std::size_t>(v * mult);
@@ -53,25 +60,54 @@ std::size_t max_memory_bytes(const GraphArgs& args) {
     return args.max_memory.empty() ? default_max_bytes() : parse_bytes(args.max_memory);
 }
 
-Graph load_with_inputs(const GraphArgs& args) {
+// Splits NAME=FILE.npy.
+static std::pair<std::string, std::string> input_spec(const std::string& spec) {
+    const auto eq = spec.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size())
+        throw Error("--input '" + spec + "': expected NAME=FILE.npy");
+    return {spec.substr(0, eq), spec.substr(eq + 1)};
+}
+
+Graph load_with_inputs(const GraphArgs& args, OnnxNames* onnx_names) {
     LoadOptions options;
     if (!args.dtype.empty()) options.dtype = parse_dtype(args.dtype);
     options.allow_outside_paths = args.allow_outside_paths;
     const std::size_t max_bytes = max_memory_bytes(args);
     options.max_bytes = max_bytes;
-    Graph graph = load_graph(args.graph, options);
+    Graph graph;
+    std::map<std::string, std::string> from_onnx;  // ONNX name -> attngraph name
+    if (is_onnx_path(args.graph)) {
+        // an ONNX model is imported in memory, its input shapes taken from the --input files
+        ImportOptions io;
+        io.dtype = options.dtype.value_or(DType::f32);
+        io.max_bytes = max_bytes;
+        for (const auto& spec : args.inputs) {
+            const auto [name, file] = input_spec(spec);
+            try {
+                io.input_shapes[name] = load_npy(file, max_bytes / (io.dtype == DType::f32 ? 4 : 8), io.dtype).shape();
+            } catch (const IoError& e) {
+                throw IoError("--input " + spec + ": " + e.what());
+            }
+        }
+        const ImportedModel model = import_onnx(args.graph, io);
+        for (const auto& note : model.notes) std::fprintf(stderr, "note: %s\n", note.c_str());
+        const auto dir = std::filesystem::path(args.graph).parent_path();
+        graph = parse_graph(model.graph.dump(), dir.empty() ? "." : dir, args.graph, options);
+        for (const auto& [o, a] : model.names) from_onnx.emplace(o, a);
+        if (onnx_names) *onnx_names = model.names;
+    } else {
+        graph = load_graph(args.graph, options);
+    }
     const std::size_t max_elements = max_bytes / (graph.dtype() == DType::f32 ? 4 : 8);
     std::map<std::string, Tensor> replacements;
     for (const auto& spec : args.inputs) {
-        const auto eq = spec.find('=');
-        if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size())
-            throw Error("--input '" + spec + "': expected NAME=FILE.npy");
-        const std::string name = spec.substr(0, eq), file = spec.substr(eq + 1);
+        auto [name, file] = input_spec(spec);
+        if (graph.find(name) < 0 && from_onnx.count(name)) name = from_onnx[name];
         if (graph.find(name) < 0)
             throw GraphError("--input " + name + ": graph '" + graph.name() + "' (" + args.graph +
                              ") has no tensor named '" + name + "'");
         try {
-            replacements[name] = load_npy(file, max_elements);
+            replacements[name] = load_npy(file, max_elements, graph.dtype());
         } catch (const IoError& e) {
             throw IoError("--input " + spec + ": " + e.what());
         }
@@ -87,6 +123,14 @@ Graph load_with_inputs(const GraphArgs& args) {
         }
     }
     return graph;
+}
+
+RunResult run_graph(const GraphArgs& args, const Graph& graph, const RunOptions& options) {
+    try {
+        return run(graph, options);
+    } catch (const ValueError& e) {
+        throw ValueError(args.graph + ": " + e.what());
+    }
 }
 
 std::vector<std::string> split_globs(const std::vector<std::string>& values) {

@@ -1,32 +1,64 @@
-// Writing a command's result to a file or stdout.
-#include <cstdio>
+// Writing a command's result: a file or stdout, and the graph files of `new` and `import`.
+#include <unistd.h>
+
 #include <fstream>
 #include <iostream>
 
 #include "cli/common.hpp"
 #include "engine/error.hpp"
+#include "engine/trace.hpp"
 
 namespace attngraph::cli {
+
+namespace fs = std::filesystem;
 
 void write_output(const std::string& path, const std::string& text) {
     if (path.empty() || path == "-") {
         std::cout << text;
         return;
     }
-    const std::string tmp = path + ".tmp";
+    const fs::path target = fs::absolute(path);
+    const fs::path tmp =
+        target.parent_path() / ("." + target.filename().string() + ".tmp-" + std::to_string(::getpid()));
     {
         std::ofstream out(tmp, std::ios::binary);
         out << text;
         out.close();
         if (!out) {
-            std::remove(tmp.c_str());
+            std::error_code ec;
+            fs::remove(tmp, ec);
             throw IoError(path + ": cannot write");
         }
     }
-    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-        std::remove(tmp.c_str());
-        throw IoError(path + ": cannot write");
+    std::error_code ec;
+    fs::rename(tmp, target, ec);
+    if (ec) {
+        const std::string msg = ec.message();
+        fs::remove(tmp, ec);
+        throw IoError(path + ": cannot move into place (" + msg + ")");
     }
+}
+
+void check_graph_output(const fs::path& out, const std::string& weights_dir, bool force) {
+    std::error_code ec;
+    if (fs::exists(out, ec) && !force) throw IoError(out.string() + ": exists (use --force to replace it)");
+    if (fs::is_directory(out, ec)) throw IoError(out.string() + ": is a directory");
+    if (!weights_dir.empty()) check_output_dir(weights_dir, force);
+}
+
+nlohmann::json graph_document(const Graph& graph, const fs::path& out, const std::string& weights_dir, bool force) {
+    const fs::path graph_dir = fs::absolute(out).parent_path();
+    std::error_code ec;
+    if (!fs::is_directory(graph_dir, ec)) throw IoError(graph_dir.string() + ": no such directory");
+    if (weights_dir.empty()) return graph_to_json(graph);
+    nlohmann::json doc;
+    const fs::path weights = fs::absolute(weights_dir).lexically_normal();
+    write_directory_atomically(weights, force, [&](const fs::path& tmp) {
+        doc = graph_to_json(graph, tmp, graph_dir);
+        for (auto& [name, t] : doc["tensors"].items())
+            if (t.contains("npy")) t["npy"] = fs::relative(weights / (name + ".npy"), graph_dir).generic_string();
+    });
+    return doc;
 }
 
 }  // namespace attngraph::cli

@@ -1,13 +1,9 @@
 #include "engine/autodiff.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <fstream>
-#include <mutex>
-#include <thread>
-
-#include <tbb/task_arena.h>
-#include <tbb/task_group.h>
 
 #include "engine/error.hpp"
 #include "engine/npy.hpp"
@@ -35,7 +31,11 @@ Array<T> zeros_like_shape(const Shape& s) {
     return Array<T>(typename Array<T>::shape_type(s.begin(), s.end()), T(0));
 }
 
-// What the backward pass of one graph does, decided before any arithmetic.
+// What the backward pass of one graph does, decided before any arithmetic: which node
+// backwards run, which consumers add into which gradient, and the task graph the executor
+// runs. Where a value has several consumers, the first adds into its gradient and each other
+// one into its own part; a sum task adds the parts in consumer order once they are all done
+// (so the result does not depend on which consumer finished first).
 struct BackwardPlan {
     std::vector<bool> requested;  // value id -> the caller wants its gradient
     std::vector<bool> runs;       // node index -> its backward runs
@@ -43,7 +43,13 @@ struct BackwardPlan {
     std::vector<std::vector<std::pair<std::size_t, std::size_t>>> edges;
     // node index -> input slot -> position in edges[input], -1: no gradient for that slot
     std::vector<std::vector<int>> slot_edge;
-    std::size_t work = 0;
+    // the tasks: a node's backward, or the sum of a value's parts
+    struct Task {
+        bool sum = false;
+        std::size_t index = 0;  // node index, or value id for a sum
+    };
+    std::vector<Task> tasks;
+    TaskGraph graph;
 };
 
 BackwardPlan make_backward_plan(const Graph& g, const std::vector<bool>& requested) {
@@ -55,7 +61,8 @@ BackwardPlan make_backward_plan(const Graph& g, const std::vector<bool>& request
     std::vector<bool> needs = requested;
     for (const Node& n : nodes) {
         bool any = false;
-        for (int id : n.inputs) any = any || needs[static_cast<std::size_t>(id)];
+        for (std::size_t k = 0; k < n.inputs.size(); ++k)
+            any = any || (n.op->has_grad(k) && needs[static_cast<std::size_t>(n.inputs[k])]);
         if (any)
             for (int id : n.outputs) needs[static_cast<std::size_t>(id)] = true;
     }
@@ -67,7 +74,8 @@ BackwardPlan make_backward_plan(const Graph& g, const std::vector<bool>& request
         const Node& n = nodes[i];
         bool out_reaches = false, in_needs = false;
         for (int id : n.outputs) out_reaches = out_reaches || reaches[static_cast<std::size_t>(id)];
-        for (int id : n.inputs) in_needs = in_needs || needs[static_cast<std::size_t>(id)];
+        for (std::size_t k = 0; k < n.inputs.size(); ++k)
+            in_needs = in_needs || (n.op->has_grad(k) && needs[static_cast<std::size_t>(n.inputs[k])]);
         if (out_reaches)
             for (int id : n.inputs) reaches[static_cast<std::size_t>(id)] = true;
         p.runs[i] = out_reaches && in_needs;
@@ -83,12 +91,52 @@ BackwardPlan make_backward_plan(const Graph& g, const std::vector<bool>& request
                              "' cannot be differentiated through it");
         for (std::size_t k = 0; k < n.inputs.size(); ++k) {
             const auto v = static_cast<std::size_t>(n.inputs[k]);
-            if (!needs[v]) continue;
+            if (!needs[v] || !n.op->has_grad(k)) continue;
             p.slot_edge[i][k] = static_cast<int>(p.edges[v].size());
             p.edges[v].emplace_back(i, k);
-            p.work += element_count(values[v].shape);
+            p.graph.work += element_count(values[v].shape);
         }
-        for (int id : n.outputs) p.work += element_count(values[static_cast<std::size_t>(id)].shape);
+        for (int id : n.outputs) p.graph.work += element_count(values[static_cast<std::size_t>(id)].shape);
+    }
+
+    // Tasks in reverse graph order: a value's sum after all its consumers, before its producer.
+    std::vector<std::size_t> node_task(nodes.size()), sum_task(values.size());
+    constexpr std::size_t none = static_cast<std::size_t>(-1);
+    std::fill(node_task.begin(), node_task.end(), none);
+    std::fill(sum_task.begin(), sum_task.end(), none);
+    auto add_sum = [&](std::size_t v) {
+        if (p.edges[v].size() < 2) return;
+        sum_task[v] = p.tasks.size();
+        p.tasks.push_back({true, v});
+    };
+    for (std::size_t i = nodes.size(); i-- > 0;) {
+        for (int id : nodes[i].outputs) add_sum(static_cast<std::size_t>(id));
+        if (!p.runs[i]) continue;
+        node_task[i] = p.tasks.size();
+        p.tasks.push_back({false, i});
+    }
+    for (std::size_t v = 0; v < values.size(); ++v)
+        if (values[v].producer < 0) add_sum(v);
+    // v's gradient is complete: after its sum, or after its one consumer
+    auto complete_after = [&](std::size_t v) {
+        const int producer = values[v].producer;
+        return producer < 0 ? none : node_task[static_cast<std::size_t>(producer)];
+    };
+    p.graph.successors.resize(p.tasks.size());
+    for (std::size_t t = 0; t < p.tasks.size(); ++t) {
+        const auto& task = p.tasks[t];
+        auto& next = p.graph.successors[t];
+        if (task.sum) {
+            if (complete_after(task.index) != none) next.push_back(complete_after(task.index));
+            continue;
+        }
+        const Node& n = nodes[task.index];
+        for (std::size_t k = 0; k < n.inputs.size(); ++k) {
+            if (p.slot_edge[task.index][k] < 0) continue;
+            const auto v = static_cast<std::size_t>(n.inputs[k]);
+            const std::size_t waiting = sum_task[v] != none ? sum_task[v] : complete_after(v);
+            if (waiting != none) next.push_back(waiting);
+        }
     }
     return p;
 }
@@ -96,19 +144,17 @@ BackwardPlan make_backward_plan(const Graph& g, const std::vector<bool>& request
 template <class T>
 class BackwardRun {
 public:
-    BackwardRun(const Graph& g, const RunResult& fwd, const BackwardPlan& plan, std::map<int, Tensor> seeds)
-        : m_graph(g), m_plan(plan) {
+    BackwardRun(const Graph& g, const RunResult& fwd, const BackwardPlan& plan, std::map<int, Tensor> seeds,
+                const std::function<void(std::size_t, std::size_t)>& progress)
+        : m_graph(g), m_plan(plan), m_progress(progress) {
         const auto& values = g.values();
         const auto& nodes = g.nodes();
         m_grad.resize(values.size());
         m_has.assign(values.size(), 0);
         m_extra.resize(values.size());
         m_forward.resize(values.size(), nullptr);
-        m_remaining = std::make_unique<std::atomic<int>[]>(values.size());
-        m_pending = std::make_unique<std::atomic<int>[]>(nodes.size());
         m_seconds.assign(nodes.size(), -1.0);
         for (std::size_t v = 0; v < values.size(); ++v) {
-            m_remaining[v] = static_cast<int>(plan.edges[v].size());
             if (!plan.edges[v].empty()) m_extra[v].resize(plan.edges[v].size() - 1);
             if (fwd.values[v] && fwd.values[v]->dtype() != dtype_of<T>())
                 throw GraphError("forward value '" + values[v].name + "' is " + to_string(fwd.values[v]->dtype()) +
@@ -125,30 +171,22 @@ public:
         }
         for (std::size_t i = 0; i < nodes.size(); ++i) {
             if (!plan.runs[i]) continue;
-            int pending = 0;
-            for (int id : nodes[i].outputs) pending += !plan.edges[static_cast<std::size_t>(id)].empty();
-            m_pending[i] = pending;
+            ++m_nodes_total;
             for (int id : nodes[i].inputs) need_forward(nodes[i], id);
             for (int id : nodes[i].outputs) need_forward(nodes[i], id);
         }
     }
 
-    void execute_all(bool parallel) {
-        const auto& nodes = m_graph.nodes();
-        if (parallel) {
-            m_group = std::make_unique<tbb::task_group>();
-            for (std::size_t i = nodes.size(); i-- > 0;)
-                if (m_plan.runs[i] && m_pending[i] == 0) spawn(i);
-            m_group->wait();
-            tsan_acquire(&m_tasks_done);
-        } else {
-            for (std::size_t i = nodes.size(); i-- > 0 && !m_stop;)
-                if (m_plan.runs[i]) execute(i);
-        }
-        if (m_error) std::rethrow_exception(m_error);
-    }
-
-    Gradients result() {
+    Gradients run(Executor& executor) {
+        executor.execute(m_plan.graph, [this](std::size_t t) {
+            const auto& task = m_plan.tasks[t];
+            if (task.sum)
+                sum_parts(task.index);
+            else
+                execute(task.index);
+            if (!task.sum && m_progress) m_progress(++m_nodes_done, m_nodes_total);
+            return true;
+        });
         Gradients out;
         const auto& values = m_graph.values();
         for (std::size_t v = 0; v < values.size(); ++v) {
@@ -180,82 +218,57 @@ private:
         m_has[v] = 1;
     }
 
+    // node i's backward: adds into the gradients (or parts) of its inputs
     void execute(std::size_t i) {
-        if (m_stop) return;
-        try {
-            const Node& node = m_graph.nodes()[i];
-            const auto t0 = std::chrono::steady_clock::now();
-            std::vector<const Array<T>*> in, out, dout;
-            std::vector<Array<T>*> din;
-            for (int id : node.inputs) in.push_back(m_forward[static_cast<std::size_t>(id)]);
-            for (int id : node.outputs) {
-                const auto v = static_cast<std::size_t>(id);
-                out.push_back(m_forward[v]);
+        const Node& node = m_graph.nodes()[i];
+        const auto t0 = std::chrono::steady_clock::now();
+        std::vector<const Array<T>*> in, out, dout;
+        std::vector<Array<T>*> din;
+        for (int id : node.inputs) in.push_back(m_forward[static_cast<std::size_t>(id)]);
+        for (int id : node.outputs) {
+            const auto v = static_cast<std::size_t>(id);
+            out.push_back(m_forward[v]);
+            allocate(v);
+            dout.push_back(&m_grad[v]);
+        }
+        for (std::size_t k = 0; k < node.inputs.size(); ++k) {
+            const auto v = static_cast<std::size_t>(node.inputs[k]);
+            const int e = m_plan.slot_edge[i][k];
+            if (e < 0) {
+                din.push_back(nullptr);
+                continue;
+            }
+            // the first consumer adds into the gradient itself, the others into their own parts
+            if (e == 0) {
                 allocate(v);
-                dout.push_back(&m_grad[v]);
+                din.push_back(&m_grad[v]);
+            } else {
+                Array<T>& part = m_extra[v][static_cast<std::size_t>(e - 1)];
+                part = zeros_like_shape<T>(m_graph.values()[v].shape);
+                din.push_back(&part);
             }
-            for (std::size_t k = 0; k < node.inputs.size(); ++k) {
-                const auto v = static_cast<std::size_t>(node.inputs[k]);
-                const int e = m_plan.slot_edge[i][k];
-                if (e < 0) {
-                    din.push_back(nullptr);
-                    continue;
-                }
-                // the first consumer adds into the gradient itself, the others into their own buffers
-                if (e == 0) {
-                    allocate(v);
-                    din.push_back(&m_grad[v]);
-                } else {
-                    Array<T>& part = m_extra[v][static_cast<std::size_t>(e - 1)];
-                    part = zeros_like_shape<T>(m_graph.values()[v].shape);
-                    din.push_back(&part);
-                }
-            }
-            node.op->backward<T>()(node.attrs, In<T>(in), In<T>(out), In<T>(dout), Out<T>(din));
-            m_seconds[i] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-            for (int id : node.outputs) {
-                const auto v = static_cast<std::size_t>(id);
-                if (m_plan.requested[v]) continue;
-                m_grad[v] = Array<T>();
-                m_has[v] = 0;
-            }
-            for (std::size_t k = 0; k < node.inputs.size(); ++k)
-                if (m_plan.slot_edge[i][k] >= 0) contributed(static_cast<std::size_t>(node.inputs[k]));
-        } catch (...) {
-            std::lock_guard<std::mutex> lock(m_error_mutex);
-            if (!m_error) m_error = std::current_exception();
-            m_stop = true;
+        }
+        node.op->backward<T>()(node.attrs, In<T>(in), In<T>(out), In<T>(dout), Out<T>(din));
+        m_seconds[i] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        for (int id : node.outputs) {
+            const auto v = static_cast<std::size_t>(id);
+            if (m_plan.requested[v]) continue;
+            m_grad[v] = Array<T>();
+            m_has[v] = 0;
         }
     }
 
-    // One consumer of v has added its part; the last one sums the parts in consumer order.
-    void contributed(std::size_t v) {
-        if (--m_remaining[v] != 0) return;
+    // every consumer of v has added its part: the parts go into v's gradient in consumer order
+    void sum_parts(std::size_t v) {
         auto& extra = m_extra[v];
-        if (!extra.empty()) {
-            T* g = m_grad[v].data();
-            parallel_chunks(m_grad[v].size(), 1 << 14, [&](std::size_t b, std::size_t e) {
-                for (const Array<T>& part : extra) {
-                    const T* p = part.data();
-                    for (std::size_t j = b; j < e; ++j) g[j] += p[j];
-                }
-            });
-            for (Array<T>& part : extra) part = Array<T>();
-        }
-        const int producer = m_graph.values()[v].producer;
-        if (producer < 0 || !m_plan.runs[static_cast<std::size_t>(producer)]) return;
-        if (--m_pending[static_cast<std::size_t>(producer)] == 0 && m_group) spawn(static_cast<std::size_t>(producer));
-    }
-
-    // (tsan_release/acquire: the hand-offs through oneTBB, for ThreadSanitizer only)
-    void spawn(std::size_t i) {
-        const void* sync = &m_pending[i];
-        tsan_release(sync);
-        m_group->run([this, i, sync] {
-            tsan_acquire(sync);  // before touching any member
-            execute(i);
-            tsan_release(&m_tasks_done);
+        T* g = m_grad[v].data();
+        parallel_chunks(m_grad[v].size(), 1 << 14, [&](std::size_t b, std::size_t e) {
+            for (const Array<T>& part : extra) {
+                const T* p = part.data();
+                for (std::size_t j = b; j < e; ++j) g[j] += p[j];
+            }
         });
+        for (Array<T>& part : extra) part = Array<T>();
     }
 
     const Graph& m_graph;
@@ -264,14 +277,10 @@ private:
     std::vector<unsigned char> m_has;            // value id -> m_grad holds it (bytes: set concurrently)
     std::vector<std::vector<Array<T>>> m_extra;  // value id -> parts of consumers 1, 2, ...
     std::vector<const Array<T>*> m_forward;
-    std::unique_ptr<std::atomic<int>[]> m_remaining;  // value id -> consumers still to add
-    std::unique_ptr<std::atomic<int>[]> m_pending;    // node index -> outputs still incomplete
     std::vector<double> m_seconds;
-    std::unique_ptr<tbb::task_group> m_group;
-    char m_tasks_done = 0;  // ThreadSanitizer: every task's work happens before wait() returns
-    std::atomic<bool> m_stop{false};
-    std::mutex m_error_mutex;
-    std::exception_ptr m_error;
+    std::function<void(std::size_t, std::size_t)> m_progress;
+    std::size_t m_nodes_total = 0;
+    std::atomic<std::size_t> m_nodes_done{0};
 };
 
 std::string names_of(const Graph& g, const std::vector<int>& ids) {
@@ -280,19 +289,22 @@ std::string names_of(const Graph& g, const std::vector<int>& ids) {
     return s;
 }
 
-}  // namespace
-
-Gradients backward(const Graph& graph, const RunResult& forward, const std::map<std::string, Tensor>& output_grads,
-                   const BackwardOptions& options) {
+void check_forward(const Graph& graph, const RunResult& forward) {
     if (!forward.complete)
         throw GraphError("backward of graph '" + graph.name() + "': the forward run stopped at node '" +
                          forward.stopped_at + "'");
     if (forward.values.size() != graph.values().size())
         throw GraphError("backward of graph '" + graph.name() + "': the forward run is of another graph");
-    if (options.threads < 0) throw Error("thread count must be positive, got " + std::to_string(options.threads));
+}
 
-    std::vector<bool> requested(graph.values().size(), options.wrt.empty());
-    for (const auto& name : options.wrt) {
+}  // namespace
+
+Gradients Executor::backward(const Graph& graph, const RunResult& forward,
+                             const std::map<std::string, Tensor>& output_grads, const std::vector<std::string>& wrt,
+                             const std::function<void(std::size_t, std::size_t)>& progress) {
+    check_forward(graph, forward);
+    std::vector<bool> requested(graph.values().size(), wrt.empty());
+    for (const auto& name : wrt) {
         const int id = graph.find(name);
         if (id < 0)
             throw GraphError("gradient requested for '" + name + "': graph '" + graph.name() +
@@ -324,27 +336,15 @@ Gradients backward(const Graph& graph, const RunResult& forward, const std::map<
     }
 
     const BackwardPlan plan = make_backward_plan(graph, requested);
-    const int threads =
-        options.threads > 0 ? options.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    const bool parallel = threads > 1 && plan.work > inline_work_limit;
-    Gradients result;
-    tbb::task_arena arena(threads);
-    tsan_release(&result);  // the arena may run the functor on one of its own threads
-    arena.execute([&] {
-        tsan_acquire(&result);
-        if (graph.dtype() == DType::f32) {
-            BackwardRun<float> run(graph, forward, plan, std::move(seeds));
-            run.execute_all(parallel);
-            result = run.result();
-        } else {
-            BackwardRun<double> run(graph, forward, plan, std::move(seeds));
-            run.execute_all(parallel);
-            result = run.result();
-        }
-        tsan_release(&result);
-    });
-    tsan_acquire(&result);
-    return result;
+    if (graph.dtype() == DType::f32)
+        return BackwardRun<float>(graph, forward, plan, std::move(seeds), progress).run(*this);
+    return BackwardRun<double>(graph, forward, plan, std::move(seeds), progress).run(*this);
+}
+
+Gradients backward(const Graph& graph, const RunResult& forward, const std::map<std::string, Tensor>& output_grads,
+                   const BackwardOptions& options) {
+    check_forward(graph, forward);
+    return default_executor(options.threads)->backward(graph, forward, output_grads, options.wrt, options.progress);
 }
 
 // ---- gradient traces -------------------------------------------------------------------

@@ -1,13 +1,13 @@
 #pragma once
-// Reverse-mode autodiff over a finished forward run. For output gradients G (all ones by
-// default) it computes the gradient of the scalar L = sum over outputs of sum(G ⊙ output)
-// with respect to any values of the graph — input and param tensors and node outputs —
-// by calling each node's op backward (ops/<name>.cpp) once its outputs' gradients are
-// complete. Independent branches (the heads) run their backward in parallel on oneTBB;
+// Reverse-mode autodiff over a finished forward run, run by an Executor (executor.hpp). For output gradients G (all
+// ones by default) it computes the gradient of the scalar L = sum over outputs of sum(G ⊙ output) with respect to any
+// values of the graph — input and param tensors and node outputs — by calling each node's op backward (ops/<name>.cpp)
+// once its outputs' gradients are complete. Independent branches (the heads) run their backward in parallel on oneTBB;
 // where a value feeds several nodes, each consumer adds into its own buffer and the
 // buffers are summed in consumer order, so the gradients are bit-identical for any thread
 // count. Only the nodes on a path from a requested value to an output run their backward.
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -21,10 +21,13 @@
 
 namespace attngraph {
 
-/// @brief Which gradients to compute and how to run.
+/// @brief Which gradients to compute and how to run (for the free function backward()).
 struct BackwardOptions {
     std::vector<std::string> wrt;  ///< value names (tensors or nodes); empty: every value
     int threads = 0;               ///< 0: every core of the machine
+    /// Called after each node's backward with (nodes done, nodes to run), from any of the
+    /// run's threads, possibly from two at once (a progress line reads it).
+    std::function<void(std::size_t, std::size_t)> progress;
 };
 
 /// @brief The gradients dL/dv of one backward pass, by value name.
@@ -48,7 +51,8 @@ private:
 };
 
 /// @brief Runs the backward pass of `graph` over `forward`, a complete run of the same graph
-/// made with RunOptions::keep_all. `output_grads` maps output names to G (the output's
+/// made with RunOptions::keep_all, on default_executor(options.threads); Executor::backward
+/// runs it on a given executor. `output_grads` maps output names to G (the output's
 /// shape; converted to the graph's dtype); an output left out gets all ones.
 /// Throws GraphError (unknown name, not an output, value not kept, op without backward)
 /// or ShapeError (G of the wrong shape).

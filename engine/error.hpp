@@ -20,6 +20,12 @@ struct ShapeError : Error {
     using Error::Error;
 };
 
+/// @brief Tensor values an op cannot use, found while running (an index out of range).
+/// The executor prefixes the node's name and op.
+struct ValueError : Error {
+    using Error::Error;
+};
+
 /// @brief A file that cannot be read or written (graph file, .npy, trace directory).
 struct IoError : Error {
     using Error::Error;

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <mutex>
 #include <optional>
 #include <thread>
 
@@ -14,9 +15,9 @@
 #include <tbb/task_group.h>
 
 #include "engine/error.hpp"
+#include "engine/optimize.hpp"
 #include "engine/parallel.hpp"
 #include "engine/stats.hpp"
-#include "engine/optimize.hpp"
 
 namespace attngraph {
 
@@ -35,6 +36,74 @@ const Tensor& RunResult::at(const Graph& g, const std::string& name) const {
 }
 
 namespace {
+
+// ---- the one scheduler ----------------------------------------------------------------
+// (tsan_release/acquire: the hand-offs through oneTBB, for ThreadSanitizer only)
+
+class TaskRun {
+public:
+    TaskRun(const TaskGraph& graph, const std::function<bool(std::size_t)>& task) : m_graph(graph), m_task(task) {}
+
+    // in index order on the calling thread
+    void run_inline() {
+        for (std::size_t i = 0; i < m_graph.successors.size() && !m_stop; ++i) run(i);
+    }
+
+    // a task starts when its count of unfinished predecessors reaches 0
+    void run_parallel() {
+        const auto& successors = m_graph.successors;
+        m_pending = std::make_unique<std::atomic<int>[]>(successors.size());
+        for (const auto& next : successors)
+            for (std::size_t s : next) ++m_pending[s];
+        // the ready set is taken before the first spawn: once tasks run, a count reaching 0
+        // belongs to the task that brought it there (which spawns that task itself)
+        std::vector<std::size_t> ready;
+        for (std::size_t i = 0; i < successors.size(); ++i)
+            if (m_pending[i] == 0) ready.push_back(i);
+        tbb::task_group group;
+        for (std::size_t i : ready) spawn(i, group);
+        group.wait();
+        tsan_acquire(&m_tasks_done);
+    }
+
+    void rethrow() const {
+        if (m_error) std::rethrow_exception(m_error);
+    }
+
+private:
+    void spawn(std::size_t i, tbb::task_group& group) {
+        const void* sync = &m_pending[i];
+        tsan_release(sync);
+        group.run([this, i, &group, sync] {
+            tsan_acquire(sync);  // before touching any member
+            if (!m_stop && run(i))
+                for (std::size_t s : m_graph.successors[i])
+                    if (--m_pending[s] == 0) spawn(s, group);
+            tsan_release(&m_tasks_done);
+        });
+    }
+
+    bool run(std::size_t i) {
+        try {
+            if (m_task(i)) return true;
+        } catch (...) {
+            std::lock_guard<std::mutex> lock(m_error_mutex);
+            if (!m_error) m_error = std::current_exception();
+        }
+        m_stop = true;
+        return false;
+    }
+
+    const TaskGraph& m_graph;
+    const std::function<bool(std::size_t)>& m_task;
+    std::unique_ptr<std::atomic<int>[]> m_pending;  // task -> predecessors still running
+    std::atomic<bool> m_stop{false};
+    char m_tasks_done = 0;  // ThreadSanitizer's sync point: every task's work before wait() returns
+    std::mutex m_error_mutex;
+    std::exception_ptr m_error;
+};
+
+// ---- the forward run ---------------------------------------------------------------------
 
 template <class T>
 class Run {
@@ -55,120 +124,123 @@ public:
             if (v.data) m_ptr[id] = &v.data->as<T>();
         }
         for (int id : g.outputs()) m_keep[static_cast<std::size_t>(id)] = true;
-        m_plan = make_plan(g, m_keep, o.optimize && !o.check_finite);
+        const bool patched = !o.patches.empty() || !o.hooks.empty();
+        m_plan = make_plan(g, m_keep, o.optimize && !o.check_finite && !patched);
+        // a task per step, waiting for the steps that write its inputs
         const auto& steps = m_plan.steps;
-        m_pending = std::make_unique<std::atomic<int>[]>(steps.size());
-        m_consumers.resize(steps.size());
+        m_tasks.successors.resize(steps.size());
         std::vector<int> step_of(values.size(), -1);  // value id -> the step writing it
         for (std::size_t i = 0; i < steps.size(); ++i) {
-            int pending = 0;
             for (int id : steps[i].inputs) {
                 ++m_uses[static_cast<std::size_t>(id)];
                 const int producer = step_of[static_cast<std::size_t>(id)];
-                if (producer >= 0) {
-                    ++pending;
-                    m_consumers[static_cast<std::size_t>(producer)].push_back(i);
-                }
+                if (producer >= 0) m_tasks.successors[static_cast<std::size_t>(producer)].push_back(i);
             }
-            m_pending[i] = pending;
             for (int id : steps[i].outputs) step_of[static_cast<std::size_t>(id)] = static_cast<int>(i);
         }
         for (const Node& node : nodes)
-            for (int id : node.outputs) m_work += element_count(values[static_cast<std::size_t>(id)].shape);
+            for (int id : node.outputs) m_tasks.work += element_count(values[static_cast<std::size_t>(id)].shape);
+        for (const Step& step : steps) m_nodes_total += nodes_in(step);
     }
 
-    RunResult finish(bool parallel) {
-        if (parallel && m_work > inline_work_limit) run_parallel();
-        else run_inline();
-        if (m_error) std::rethrow_exception(m_error);
+    RunResult finish(Executor& executor) {
+        executor.execute(m_tasks, [this](std::size_t i) { return execute(i); });
         for (std::size_t id = 0; id < m_ptr.size(); ++id) {
             const ValueInfo& v = m_graph.values()[id];
             if (!m_keep[id]) continue;
-            if (v.data) m_result.values[id] = v.data;
-            else if (m_ptr[id]) m_result.values[id] = std::make_shared<const Tensor>(std::move(m_owned[id]));
+            if (v.data)
+                m_result.values[id] = v.data;
+            else if (auto p = m_options.patches.find(static_cast<int>(id)); p != m_options.patches.end())
+                m_result.values[id] = p->second;
+            else if (m_ptr[id])
+                m_result.values[id] = std::make_shared<const Tensor>(std::move(m_owned[id]));
         }
         return std::move(m_result);
     }
 
 private:
-    void run_inline() {
-        for (std::size_t i = 0; i < m_plan.steps.size() && !m_stop; ++i) execute(i);
-    }
-
-    // (tsan_release/acquire: the hand-offs through oneTBB, for ThreadSanitizer only)
-    void run_parallel() {
-        // the ready set is taken before the first spawn: once steps run, a count reaching 0
-        // belongs to the task that brought it there (which spawns that step itself)
-        std::vector<std::size_t> ready;
-        for (std::size_t i = 0; i < m_plan.steps.size(); ++i)
-            if (m_pending[i] == 0) ready.push_back(i);
-        tbb::task_group group;
-        for (std::size_t i : ready) spawn(i, group);
-        group.wait();
-        tsan_acquire(&m_tasks_done);
-    }
-
-    void spawn(std::size_t i, tbb::task_group& group) {
-        const void* sync = &m_pending[i];
-        tsan_release(sync);
-        group.run([this, i, &group, sync] {
-            tsan_acquire(sync);  // before touching any member
-            execute_and_release(i, group);
-            tsan_release(&m_tasks_done);
-        });
-    }
-
-    void execute_and_release(std::size_t i, tbb::task_group& group) {
-        if (m_stop) return;
-        execute(i);
-        if (m_stop) return;
-        for (std::size_t c : m_consumers[i])
-            if (--m_pending[c] == 0) spawn(c, group);
-    }
-
-    void execute(std::size_t i) {
+    // Runs step i; false when check_finite found a non-finite output (the run stops).
+    bool execute(std::size_t i) {
+        const Step& step = m_plan.steps[i];
+        const auto t0 = std::chrono::steady_clock::now();
+        std::vector<const Array<T>*> in;
+        in.reserve(step.inputs.size());
+        for (int id : step.inputs) in.push_back(m_ptr[static_cast<std::size_t>(id)]);
+        std::vector<Array<T>*> out;
+        for (int id : step.outputs) {
+            const Shape& s = m_graph.values()[static_cast<std::size_t>(id)].shape;
+            Array<T>& a = m_owned[static_cast<std::size_t>(id)];
+            a = Array<T>::from_shape(s);
+            out.push_back(&a);
+        }
         try {
-            const Step& step = m_plan.steps[i];
-            const auto t0 = std::chrono::steady_clock::now();
-            std::vector<const Array<T>*> in;
-            in.reserve(step.inputs.size());
-            for (int id : step.inputs) in.push_back(m_ptr[static_cast<std::size_t>(id)]);
-            std::vector<Array<T>*> out;
-            for (int id : step.outputs) {
-                const Shape& s = m_graph.values()[static_cast<std::size_t>(id)].shape;
-                Array<T>& a = m_owned[static_cast<std::size_t>(id)];
-                a = Array<T>::from_shape(s);
-                out.push_back(&a);
+            if (!all_patched(step)) run_step<T>(m_graph, step, In<T>(in), Out<T>(out));
+        } catch (const ValueError& e) {  // a value the op cannot use: name the node
+            const Node& node = m_graph.nodes()[static_cast<std::size_t>(step.node)];
+            throw ValueError("node '" + node.name + "' (" + node.op->name + "): " + e.what());
+        }
+        for (std::size_t k = 0; k < out.size(); ++k) m_ptr[static_cast<std::size_t>(step.outputs[k])] = out[k];
+        apply_patches(step);
+        m_result.seconds[static_cast<std::size_t>(step.node)] =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        if (m_options.progress) m_options.progress(m_nodes_done += nodes_in(step), m_nodes_total);
+        if (m_options.check_finite && !check_finite(static_cast<std::size_t>(step.node), in, out)) return false;
+        // release inputs whose last consumer this was (unless kept)
+        for (int id : step.inputs) {
+            const auto u = static_cast<std::size_t>(id);
+            if (--m_uses[u] == 0 && !m_keep[u] && !m_graph.values()[u].data) {
+                m_owned[u] = Array<T>();
+                m_ptr[u] = nullptr;
             }
-            run_step<T>(m_graph, step, In<T>(in), Out<T>(out));
-            for (std::size_t k = 0; k < out.size(); ++k) m_ptr[static_cast<std::size_t>(step.outputs[k])] = out[k];
-            m_result.seconds[static_cast<std::size_t>(step.node)] =
-                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-            if (m_options.check_finite) check_finite(static_cast<std::size_t>(step.node), in, out);
-            // release inputs whose last consumer this was (unless kept)
-            for (int id : step.inputs) {
-                const auto u = static_cast<std::size_t>(id);
-                if (--m_uses[u] == 0 && !m_keep[u] && !m_graph.values()[u].data) {
-                    m_owned[u] = Array<T>();
-                    m_ptr[u] = nullptr;
+        }
+        return true;
+    }
+
+    // The graph's nodes a step computes: its own and the ones folded into it (a linear
+    // group's other members among them).
+    static std::size_t nodes_in(const Step& step) { return 1 + step.folded.size(); }
+
+    // Activation patching (RunOptions::patches/hooks): a step whose every output is given
+    // does not run; given outputs point at the patch, hooked ones are replaced by hook(value).
+    bool all_patched(const Step& step) const {
+        for (int id : step.outputs)
+            if (!m_options.patches.count(id)) return false;
+        return true;
+    }
+    void apply_patches(const Step& step) {
+        if (m_options.patches.empty() && m_options.hooks.empty()) return;
+        for (int id : step.outputs) {
+            const auto u = static_cast<std::size_t>(id);
+            if (auto p = m_options.patches.find(id); p != m_options.patches.end()) {
+                m_owned[u] = Array<T>();
+                m_ptr[u] = &p->second->template as<T>();
+            } else if (auto h = m_options.hooks.find(id); h != m_options.hooks.end()) {
+                const ValueInfo& v = m_graph.values()[u];
+                Tensor replaced;
+                {
+                    std::lock_guard<std::mutex> lock(m_hook_mutex);
+                    replaced = h->second(Tensor(std::move(m_owned[u])));
                 }
+                if (replaced.shape() != v.shape)
+                    throw ShapeError("patch hook of '" + v.name + "' returned " + shape_str(replaced.shape()) +
+                                     ", the node's output is " + shape_str(v.shape));
+                m_owned[u] = std::move(replaced.cast(m_graph.dtype()).template as<T>());
+                m_ptr[u] = &m_owned[u];
             }
-        } catch (...) {
-            std::lock_guard<std::mutex> lock(m_error_mutex);
-            if (!m_error) m_error = std::current_exception();
-            m_stop = true;
         }
     }
 
-    // Records the earliest node (in graph order) found non-finite, with its inputs' ranges.
+    // Records the earliest node (in graph order) found non-finite, with its inputs' ranges;
+    // false when node i's outputs are not all finite.
     // check_finite runs the plain plan (no fused steps), so a step is exactly its node.
-    void check_finite(std::size_t i, const std::vector<const Array<T>*>& in, const std::vector<Array<T>*>& out) {
+    bool check_finite(std::size_t i, const std::vector<const Array<T>*>& in, const std::vector<Array<T>*>& out) {
         const Node& node = m_graph.nodes()[i];
+        bool finite = true;
         for (const Array<T>* a : out) {
             std::size_t bad = 0;
             for (T x : *a) bad += !std::isfinite(x);
             if (!bad) continue;
-            std::lock_guard<std::mutex> lock(m_error_mutex);
+            std::lock_guard<std::mutex> lock(m_stop_mutex);
             if (m_result.complete || i < m_stop_index) {
                 m_result.complete = false;
                 m_stop_index = i;
@@ -180,8 +252,9 @@ private:
                                             stats_text(tensor_stats(Tensor(Array<T>(*in[k]))));
                 }
             }
-            m_stop = true;
+            finite = false;
         }
+        return finite;
     }
 
     const Graph& m_graph;
@@ -189,17 +262,15 @@ private:
     std::vector<Array<T>> m_owned;
     std::vector<const Array<T>*> m_ptr;
     std::vector<bool> m_keep;
-    std::unique_ptr<std::atomic<int>[]> m_uses;
-    std::unique_ptr<std::atomic<int>[]> m_pending;
-    std::vector<std::vector<std::size_t>> m_consumers;  // step -> steps reading its outputs
+    std::unique_ptr<std::atomic<int>[]> m_uses;  // value id -> steps still to read it
     Plan m_plan;
-    std::size_t m_work = 0;
+    TaskGraph m_tasks;
     RunResult m_result;
-    std::atomic<bool> m_stop{false};
-    char m_tasks_done = 0;  // ThreadSanitizer's sync point: every task's work before wait() returns
     std::size_t m_stop_index = 0;
-    std::mutex m_error_mutex;
-    std::exception_ptr m_error;
+    std::mutex m_stop_mutex;
+    std::mutex m_hook_mutex;
+    std::size_t m_nodes_total = 0;
+    std::atomic<std::size_t> m_nodes_done{0};
 };
 
 }  // namespace
@@ -226,24 +297,43 @@ static int resolve_threads(int threads) {
 
 Executor::Executor(int threads) : m_impl(std::make_unique<Impl>(resolve_threads(threads))) {}
 Executor::~Executor() = default;
-int Executor::threads() const { return m_impl->threads; }
+int Executor::threads() const {
+    return m_impl->threads;
+}
 
 RunResult Executor::run(const Graph& graph, const RunOptions& options) {
-    RunResult result;
-    tsan_release(&result);  // the arena may run the functor on one of its own threads
+    if (graph.dtype() == DType::f32) return Run<float>(graph, options).finish(*this);
+    return Run<double>(graph, options).finish(*this);
+}
+
+void Executor::execute(const TaskGraph& graph, const std::function<bool(std::size_t)>& task) {
+    TaskRun run(graph, task);
+    const bool parallel = m_impl->threads > 1 && graph.work > inline_work_limit;
+    tsan_release(&run);  // the arena may run the functor on one of its own threads
     m_impl->arena.execute([&] {
-        tsan_acquire(&result);
-        if (graph.dtype() == DType::f32) result = Run<float>(graph, options).finish(m_impl->threads > 1);
-        else result = Run<double>(graph, options).finish(m_impl->threads > 1);
-        tsan_release(&result);
+        tsan_acquire(&run);
+        if (parallel)
+            run.run_parallel();
+        else
+            run.run_inline();
+        tsan_release(&run);
     });
-    tsan_acquire(&result);
-    return result;
+    tsan_acquire(&run);
+    run.rethrow();
+}
+
+std::shared_ptr<Executor> default_executor(int threads) {
+    threads = resolve_threads(threads);
+    static std::mutex mutex;
+    // never destroyed: oneTBB may be torn down before static destructors run
+    static auto* shared = new std::shared_ptr<Executor>();
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!*shared || (*shared)->threads() != threads) *shared = std::make_shared<Executor>(threads);
+    return *shared;
 }
 
 RunResult run(const Graph& graph, const RunOptions& options) {
-    Executor executor(options.threads);
-    return executor.run(graph, options);
+    return default_executor(options.threads)->run(graph, options);
 }
 
 }  // namespace attngraph

@@ -1,50 +1,223 @@
 #include "engine/gemm.hpp"
 
+#include <dlfcn.h>
+#include <strings.h>
+
+#include <algorithm>
+#include <cstdlib>
 #include <mutex>
 
 #include <cblas.h>
 
 #include "engine/parallel.hpp"
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
 namespace attngraph {
 
 namespace {
 
-// OpenBLAS must not start threads of its own: oneTBB owns every thread.
-void single_threaded_blas() {
-    static std::once_flag once;
-    std::call_once(once, [] { openblas_set_num_threads(1); });
+// ---- kernel selection ---------------------------------------------------------------
+// OpenBLAS 0.3.21's DYNAMIC_ARCH build chooses its kernel table in its constructor, from
+// the CPU model (not its feature bits), and reads OPENBLAS_CORETYPE there to override it.
+// gotoblas_dynamic_quit()/gotoblas_dynamic_init() (exported by that build) redo the choice
+// later; they are looked up at run time so that any other OpenBLAS build still links.
+
+// Instruction-set level of an OpenBLAS core: 0 SSE, 1 AVX, 2 AVX2+FMA, 3 AVX-512.
+int core_level(const std::string& core) {
+    struct Entry {
+        const char* name;
+        int level;
+    };
+    static const Entry table[] = {{"Sandybridge", 1}, {"Bulldozer", 1},     {"Piledriver", 1}, {"Steamroller", 1},
+                                  {"Haswell", 2},     {"Zen", 2},           {"Excavator", 2},  {"SkylakeX", 3},
+                                  {"Cooperlake", 3},  {"SapphireRapids", 3}};
+    for (const Entry& e : table)
+        if (strcasecmp(core.c_str(), e.name) == 0) return e.level;
+    return 0;
 }
 
-void blas_gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, int lda, const float* b,
-               int ldb, float beta, float* c, int ldc) {
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n, k, alpha, a,
-                lda, b, ldb, beta, c, ldc);
+// The best level this CPU and its operating system support (cpuid and XCR0).
+int cpu_level() {
+#if defined(__x86_64__) || defined(__i386__)
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return 0;
+    const bool avx = (c & bit_AVX) && (c & bit_OSXSAVE);
+    const bool fma = c & bit_FMA;
+    if (!avx) return 0;
+    unsigned xcr0_lo = 0, xcr0_hi = 0;
+    __asm__("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+    if ((xcr0_lo & 0x6) != 0x6) return 0;  // the OS saves XMM and YMM state
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return 1;
+    const bool avx2 = b & bit_AVX2;
+    const bool avx512 = (b & bit_AVX512F) && (b & bit_AVX512CD) && (b & bit_AVX512BW) && (b & bit_AVX512DQ) &&
+                        (b & bit_AVX512VL) && (xcr0_lo & 0xe0) == 0xe0;  // and opmask/ZMM state
+    if (avx512 && fma) return 3;
+    if (avx2 && fma) return 2;
+    return 1;
+#else
+    return 0;
+#endif
 }
-void blas_gemm(bool ta, bool tb, int m, int n, int k, double alpha, const double* a, int lda, const double* b,
-               int ldb, double beta, double* c, int ldc) {
-    cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n, k, alpha, a,
-                lda, b, ldb, beta, c, ldc);
+
+// The OpenBLAS core for a level (OpenBLAS 0.3.21 cannot be forced to Cooperlake; its
+// sgemm/dgemm kernels are SkylakeX's).
+const char* core_for_level(int level) {
+    switch (level) {
+        case 3:
+            return "SkylakeX";
+        case 2:
+            return "Haswell";
+        case 1:
+            return "Sandybridge";
+        default:
+            return nullptr;
+    }
+}
+
+std::string current_core() {
+    const char* name = openblas_get_corename();
+    return name ? name : "unknown";
+}
+
+struct Selection {
+    std::mutex mutex;
+    BlasKernel kernel;
+    std::vector<std::string> selectable;
+};
+
+Selection& selection() {
+    static Selection s;
+    return s;
+}
+
+bool switch_core(const std::string& name) {
+    using Fn = void (*)();
+    const auto quit = reinterpret_cast<Fn>(dlsym(RTLD_DEFAULT, "gotoblas_dynamic_quit"));
+    const auto init = reinterpret_cast<Fn>(dlsym(RTLD_DEFAULT, "gotoblas_dynamic_init"));
+    if (!quit || !init) return false;
+    const char* user = std::getenv("OPENBLAS_CORETYPE");
+    const std::string saved = user ? user : "";
+    setenv("OPENBLAS_CORETYPE", name.c_str(), 1);
+    quit();
+    init();
+    if (user)
+        setenv("OPENBLAS_CORETYPE", saved.c_str(), 1);
+    else
+        unsetenv("OPENBLAS_CORETYPE");
+    return strcasecmp(current_core().c_str(), name.c_str()) == 0;
+}
+
+void select_locked(Selection& s) {
+    const std::string picked = current_core();
+    s.kernel = {picked, "OpenBLAS"};
+    s.selectable = {picked};
+    if (std::getenv("OPENBLAS_CORETYPE")) {
+        s.kernel.chosen_by = "OPENBLAS_CORETYPE";
+        return;
+    }
+    const int level = cpu_level();
+    const char* better = core_for_level(level);
+    if (!better) return;
+    // the kernel the selection runs on this CPU when OpenBLAS does not know its model
+    if (strcasecmp(better, picked.c_str()) != 0 && dlsym(RTLD_DEFAULT, "gotoblas_dynamic_init"))
+        s.selectable.push_back(better);
+    if (core_level(picked) >= level) return;
+    if (switch_core(better))
+        s.kernel = {current_core(), "cpu features (OpenBLAS picked " + picked + ")"};
+    else
+        switch_core(picked);  // stay on OpenBLAS's own choice
+}
+
+std::once_flag selected;
+
+// Selects the kernel and keeps OpenBLAS from starting threads of its own: oneTBB owns
+// every thread.
+void prepare_blas() {
+    std::call_once(selected, [] {
+        Selection& s = selection();
+        std::lock_guard<std::mutex> lock(s.mutex);
+        select_locked(s);
+        openblas_set_num_threads(1);
+    });
+}
+
+// At load time, while only the main thread runs (setenv is not safe beside other threads).
+[[maybe_unused]] const bool prepared_at_load = (prepare_blas(), true);
+
+void blas_gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, int lda, const float* b, int ldb,
+               float beta, float* c, int ldc) {
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda,
+                b, ldb, beta, c, ldc);
+}
+void blas_gemm(bool ta, bool tb, int m, int n, int k, double alpha, const double* a, int lda, const double* b, int ldb,
+               double beta, double* c, int ldc) {
+    cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda,
+                b, ldb, beta, c, ldc);
 }
 
 }  // namespace
 
+BlasKernel blas_kernel() {
+    prepare_blas();
+    Selection& s = selection();
+    std::lock_guard<std::mutex> lock(s.mutex);
+    return s.kernel;
+}
+
+std::vector<std::string> blas_selectable_kernels() {
+    prepare_blas();
+    Selection& s = selection();
+    std::lock_guard<std::mutex> lock(s.mutex);
+    return s.selectable;
+}
+
+bool blas_use_kernel(const std::string& name) {
+    prepare_blas();
+    Selection& s = selection();
+    std::lock_guard<std::mutex> lock(s.mutex);
+    const bool ok = switch_core(name);
+    s.kernel = {current_core(), ok ? "request" : s.kernel.chosen_by};
+    return ok;
+}
+
+void blas_select_kernel() {
+    prepare_blas();
+    Selection& s = selection();
+    std::lock_guard<std::mutex> lock(s.mutex);
+    select_locked(s);
+}
+
+// ---- the parallel GEMM ----------------------------------------------------------------
+
 template <class T>
-void gemm(bool trans_a, bool trans_b, std::size_t m, std::size_t n, std::size_t k, T alpha, const T* a,
-          std::size_t lda, const T* b, std::size_t ldb, T beta, T* c, std::size_t ldc) {
-    single_threaded_blas();
+void gemm(bool trans_a, bool trans_b, std::size_t m, std::size_t n, std::size_t k, T alpha, const T* a, std::size_t lda,
+          const T* b, std::size_t ldb, T beta, T* c, std::size_t ldc) {
+    prepare_blas();
     if (m == 0 || n == 0) return;
     if (k == 0) {
         for (std::size_t i = 0; i < m; ++i)
             for (std::size_t j = 0; j < n; ++j) c[i * ldc + j] = beta == T(0) ? T(0) : beta * c[i * ldc + j];
         return;
     }
-    parallel_chunks(m, gemm_row_block, [&](std::size_t r0, std::size_t r1) {
-        // rows r0..r1 of op(A): A + r0*lda normally, column offset r0 when transposed
-        const T* a_block = trans_a ? a + r0 : a + r0 * lda;
-        blas_gemm(trans_a, trans_b, static_cast<int>(r1 - r0), static_cast<int>(n), static_cast<int>(k), alpha,
-                  a_block, static_cast<int>(lda), b, static_cast<int>(ldb), beta, c + r0 * ldc,
-                  static_cast<int>(ldc));
+    // Blocks of C in row-major block order; each is one BLAS call over the whole of k, so
+    // every element's sum runs in the same order whatever the thread count.
+    const std::size_t row_blocks = (m + gemm_row_block - 1) / gemm_row_block;
+    const std::size_t col_blocks = (n + gemm_col_block - 1) / gemm_col_block;
+    parallel_chunks(row_blocks * col_blocks, 1, [&](std::size_t b0, std::size_t b1) {
+        for (std::size_t blk = b0; blk < b1; ++blk) {
+            const std::size_t r0 = (blk / col_blocks) * gemm_row_block, c0 = (blk % col_blocks) * gemm_col_block;
+            const std::size_t rows = std::min(gemm_row_block, m - r0), cols = std::min(gemm_col_block, n - c0);
+            // rows r0.. of op(A): A + r0*lda normally, column offset r0 when transposed;
+            // columns c0.. of op(B): B + c0 normally, row offset c0 when transposed
+            const T* a_block = trans_a ? a + r0 : a + r0 * lda;
+            const T* b_block = trans_b ? b + c0 * ldb : b + c0;
+            blas_gemm(trans_a, trans_b, static_cast<int>(rows), static_cast<int>(cols), static_cast<int>(k), alpha,
+                      a_block, static_cast<int>(lda), b_block, static_cast<int>(ldb), beta, c + r0 * ldc + c0,
+                      static_cast<int>(ldc));
+        }
     });
 }
 

@@ -19,13 +19,15 @@ Tensor uniform(const Shape& shape, std::mt19937_64& rng) {
     return Tensor(std::move(a));
 }
 
-// L = sum over outputs of sum(G ⊙ output), summed in a fixed order
+// L = sum over outputs of sum(G ⊙ output), summed in a fixed order, over the finite
+// elements of the outputs (a masked -inf does not depend on the inputs)
 double loss(const Graph& g, Executor& executor, const std::map<int, const Array<double>*>& grads) {
     const RunResult r = executor.run(g);
     double l = 0;
     for (const auto& [id, grad] : grads) {
         const Array<double>& y = r.values[static_cast<std::size_t>(id)]->as<double>();
-        for (std::size_t i = 0; i < y.size(); ++i) l += grad->data()[i] * y.data()[i];
+        for (std::size_t i = 0; i < y.size(); ++i)
+            if (std::isfinite(y.data()[i])) l += grad->data()[i] * y.data()[i];
     }
     return l;
 }
@@ -54,9 +56,19 @@ std::string GradcheckResult::report() const {
 GradcheckResult gradcheck(const Graph& graph_in, const GradcheckOptions& options) {
     const Graph graph = graph_in.with_dtype(DType::f64);
     std::vector<std::string> wrt = options.wrt;
-    if (wrt.empty())
-        for (const auto& v : graph.values())
-            if (v.data) wrt.push_back(v.name);
+    if (wrt.empty()) {
+        // every input and param tensor, except those that feed only input slots without a
+        // gradient (indices, conditions, positions: Op::no_grad_inputs)
+        std::vector<bool> has_grad(graph.values().size(), false), consumed(graph.values().size(), false);
+        for (const Node& n : graph.nodes())
+            for (std::size_t k = 0; k < n.inputs.size(); ++k) {
+                const auto v = static_cast<std::size_t>(n.inputs[k]);
+                consumed[v] = true;
+                has_grad[v] = has_grad[v] || n.op->has_grad(k);
+            }
+        for (std::size_t v = 0; v < graph.values().size(); ++v)
+            if (graph.values()[v].data && (has_grad[v] || !consumed[v])) wrt.push_back(graph.values()[v].name);
+    }
     for (const auto& name : wrt)
         if (graph.value(graph.at(name)).kind == ValueKind::node)
             throw GraphError("gradcheck: '" + name + "' is a node; only input and param tensors can be perturbed");
@@ -73,11 +85,8 @@ GradcheckResult gradcheck(const Graph& graph_in, const GradcheckOptions& options
 
     RunOptions keep;
     keep.keep_all = true;
-    keep.threads = options.threads;
-    BackwardOptions bo;
-    bo.wrt = wrt;
-    bo.threads = options.threads;
-    const Gradients grads = backward(graph, run(graph, keep), output_grads, bo);
+    Executor analytic(options.threads);
+    const Gradients grads = analytic.backward(graph, analytic.run(graph, keep), output_grads, wrt);
 
     Executor executor(1);
     GradcheckResult result;
@@ -121,7 +130,7 @@ GradcheckResult gradcheck(const Graph& graph_in, const GradcheckOptions& options
 
 GradcheckResult gradcheck_op(const std::string& op, const nlohmann::json& attrs_json, const std::vector<Tensor>& inputs,
                              const GradcheckOptions& options) {
-    const std::any attrs = OpRegistry::instance().get(op).parse_attrs(attrs_json, "gradcheck of op " + op);
+    const NodeAttrs attrs = OpRegistry::instance().get(op).parse_attrs(attrs_json, "gradcheck of op " + op);
     GraphBuilder g("gradcheck_" + op, DType::f64);
     std::vector<Value> in;
     std::vector<Shape> shapes;
@@ -130,7 +139,8 @@ GradcheckResult gradcheck_op(const std::string& op, const nlohmann::json& attrs_
         shapes.push_back(inputs[i].shape());
     }
     Value y = g.node(op, in, attrs, "y");
-    const std::size_t outputs = OpRegistry::instance().get(op).infer_shapes(attrs, shapes).size();
+    const OpDef& def = OpRegistry::instance().get(op);
+    const std::size_t outputs = def.expand ? 1 : def.infer_shapes(attrs, shapes).size();
     if (outputs == 1)
         g.output(y);
     else

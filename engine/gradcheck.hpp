@@ -1,6 +1,7 @@
 #pragma once
 // Gradient checking: the backward pass against central finite differences in float64.
-// For output gradients G, L = sum over outputs of sum(G ⊙ output); each element t of a
+// For output gradients G, L = sum over outputs of sum(G ⊙ output) (over the finite elements
+// of the outputs: a masked -inf does not depend on the inputs); each element t of a
 // checked tensor is moved by ±eps and dL/dt ≈ (L(t + eps) - L(t - eps)) / (2 eps) is compared
 // with backward()'s dL/dt. The graph is converted to float64 first.
 #include <cstdint>

@@ -2,7 +2,6 @@
 // The graph IR: named values (input and param tensors, node outputs) and the nodes that
 // compute them, in topological order, every shape inferred. A Graph is immutable once
 // built; GraphBuilder (engine/builder.hpp) and load_graph (engine/graph_file.hpp) make one.
-#include <any>
 #include <map>
 #include <memory>
 #include <optional>
@@ -22,8 +21,8 @@ struct ValueInfo {
     std::string name;
     ValueKind kind = ValueKind::node;
     Shape shape;
-    int producer = -1;      // node index, -1 for input/param tensors
-    int output_index = 0;   // which output of the producer
+    int producer = -1;                   // node index, -1 for input/param tensors
+    int output_index = 0;                // which output of the producer
     std::shared_ptr<const Tensor> data;  // input/param tensors only
 };
 
@@ -31,9 +30,20 @@ struct ValueInfo {
 struct Node {
     std::string name;
     const OpDef* op = nullptr;
-    std::any attrs;
+    NodeAttrs attrs;           // of op's type (op->holds(attrs))
     std::vector<int> inputs;   // value ids
     std::vector<int> outputs;  // value ids
+
+    /// The attributes when this is a node of op type Op, else nullptr: how code that needs a
+    /// particular op (the optimizer's patterns, the trace, explain) finds it.
+    template <class Op>
+    const typename Op::Attrs* attrs_if() const {
+        return attngraph::attrs_if<Op>(attrs);
+    }
+    template <class Op>
+    bool is() const {
+        return attrs_if<Op>() != nullptr;
+    }
 };
 
 /// @brief A validated, topologically ordered, shape-inferred DAG.

@@ -10,6 +10,7 @@
 #include "engine/builder.hpp"
 #include "engine/error.hpp"
 #include "engine/npy.hpp"
+#include "engine/safetensors.hpp"
 
 namespace attngraph {
 
@@ -95,7 +96,8 @@ Tensor make_tensor(const Shape& shape, const std::vector<double>& flat, DType dt
     return t;
 }
 
-fs::path resolve_npy(const std::string& rel, const fs::path& base_dir, bool allow_outside, const std::string& where) {
+fs::path resolve_npy(const std::string& rel, const fs::path& base_dir, bool allow_outside, const std::string& where,
+                     const char* field = "npy") {
     const fs::path p = fs::path(rel).is_absolute() ? fs::path(rel) : base_dir / rel;
     if (!allow_outside) {
         // absolute first: weakly_canonical leaves a relative path with no existing prefix
@@ -104,7 +106,7 @@ fs::path resolve_npy(const std::string& rel, const fs::path& base_dir, bool allo
         const fs::path target = fs::weakly_canonical(fs::absolute(p));
         auto [b, t] = std::mismatch(base.begin(), base.end(), target.begin(), target.end());
         if (b != base.end())
-            throw GraphError(where + ": \"npy\" path '" + rel +
+            throw GraphError(where + ": \"" + field + "\" path '" + rel +
                              "' leaves the graph file's folder (use --allow-outside-paths)");
     }
     return p;
@@ -196,7 +198,7 @@ Graph parse_graph(const std::string& text, const fs::path& base_dir, const std::
         for (const auto& [tname, spec] : doc["tensors"].items()) {
             const std::string where = "tensor '" + tname + "'";
             if (!spec.is_object()) throw GraphError(where + ": must be an object");
-            check_keys(spec, {"kind", "shape", "data", "npy"}, where);
+            check_keys(spec, {"kind", "shape", "data", "npy", "safetensors", "key", "transpose"}, where);
             ValueKind kind = ValueKind::param;
             if (spec.contains("kind")) {
                 const json& k = spec["kind"];
@@ -206,10 +208,31 @@ Graph parse_graph(const std::string& text, const fs::path& base_dir, const std::
             }
             std::optional<Shape> shape;
             if (spec.contains("shape")) shape = parse_shape(spec["shape"], where, max_elements);
-            const bool has_data = spec.contains("data"), has_npy = spec.contains("npy");
-            if (has_data == has_npy) throw GraphError(where + ": give exactly one of \"data\" and \"npy\"");
+            const bool has_data = spec.contains("data"), has_npy = spec.contains("npy"),
+                       has_st = spec.contains("safetensors");
+            if (int(has_data) + int(has_npy) + int(has_st) != 1)
+                throw GraphError(where + ": give exactly one of \"data\", \"npy\" and \"safetensors\"");
+            if (!has_st && (spec.contains("key") || spec.contains("transpose")))
+                throw GraphError(where + ": \"key\" and \"transpose\" go with \"safetensors\"");
             Tensor t;
-            if (has_data) {
+            if (has_st) {
+                if (!spec["safetensors"].is_string()) throw GraphError(where + ": \"safetensors\" must be a path string");
+                if (!spec.contains("key") || !spec["key"].is_string())
+                    throw GraphError(where + ": \"safetensors\" needs a \"key\" string naming the tensor in the file");
+                if (spec.contains("transpose") && !spec["transpose"].is_boolean())
+                    throw GraphError(where + ": \"transpose\" must be true or false");
+                const fs::path p = resolve_npy(spec["safetensors"].get<std::string>(), base_dir,
+                                               options.allow_outside_paths, where, "safetensors");
+                try {
+                    t = SafetensorsFile(p).load(spec["key"].get<std::string>(), dtype, spec.value("transpose", false),
+                                                max_elements);
+                } catch (const IoError& e) {
+                    throw IoError(where + ": " + e.what());
+                }
+                if (shape && *shape != t.shape())
+                    throw ShapeError(where + ": \"shape\" (" + shape_str(*shape) + ") disagrees with " + p.string() +
+                                     " key '" + spec["key"].get<std::string>() + "' (" + shape_str(t.shape()) + ")");
+            } else if (has_data) {
                 const Shape s = shape ? *shape : shape_of_data(spec["data"]);
                 check_elements(s, where, max_elements);
                 std::vector<double> flat;
@@ -220,7 +243,7 @@ Graph parse_graph(const std::string& text, const fs::path& base_dir, const std::
                 if (!spec["npy"].is_string()) throw GraphError(where + ": \"npy\" must be a path string");
                 const fs::path p = resolve_npy(spec["npy"].get<std::string>(), base_dir, options.allow_outside_paths, where);
                 try {
-                    t = load_npy(p, max_elements).cast(dtype);
+                    t = load_npy(p, max_elements, dtype);
                 } catch (const IoError& e) {
                     throw IoError(where + ": " + e.what());
                 }
@@ -259,7 +282,7 @@ Graph parse_graph(const std::string& text, const fs::path& base_dir, const std::
                 inputs = in.get<std::vector<std::string>>();
             }
             static const json no_attrs;  // (a reference either way: copying user JSON recurses)
-            std::any attrs = def->parse_attrs(n.contains("attrs") ? n["attrs"] : no_attrs, where);
+            NodeAttrs attrs = def->parse_attrs(n.contains("attrs") ? n["attrs"] : no_attrs, where);
             builder.add_node(nname, op, std::move(inputs), std::move(attrs));
         }
 

@@ -5,6 +5,7 @@
 #include "engine/gemm.hpp"
 #include "engine/parallel.hpp"
 #include "engine/softmax_kernel.hpp"
+#include "ops/ops.hpp"
 
 namespace attngraph {
 
@@ -19,19 +20,21 @@ public:
             for (int id : n.inputs) ++m_uses[static_cast<std::size_t>(id)];
     }
 
-    /// The node producing value `id` with op `op`, when the value can vanish: not kept, read
-    /// once, the node's only output and the node not yet folded elsewhere; else -1.
-    int foldable(int id, const char* op, const std::vector<bool>& folded) const {
-        return m_keep[static_cast<std::size_t>(id)] ? -1 : link(id, op, folded);
+    /// The node producing value `id` with op type Op, when the value can vanish: not kept,
+    /// read once, the node's only output and the node not yet folded elsewhere; else -1.
+    template <class Op>
+    int foldable(int id, const std::vector<bool>& folded) const {
+        return m_keep[static_cast<std::size_t>(id)] ? -1 : link<Op>(id, folded);
     }
 
     /// As foldable, but the value may be kept: the step that folds its node writes it.
-    int link(int id, const char* op, const std::vector<bool>& folded) const {
+    template <class Op>
+    int link(int id, const std::vector<bool>& folded) const {
         const ValueInfo& v = m_graph.value(id);
         const auto u = static_cast<std::size_t>(id);
         if (v.producer < 0 || m_uses[u] != 1) return -1;
         const Node& n = m_graph.nodes()[static_cast<std::size_t>(v.producer)];
-        if (n.op->name != op || n.outputs.size() != 1 || folded[static_cast<std::size_t>(v.producer)]) return -1;
+        if (!n.is<Op>() || n.outputs.size() != 1 || folded[static_cast<std::size_t>(v.producer)]) return -1;
         return v.producer;
     }
 
@@ -39,14 +42,12 @@ public:
     const Node& node(int i) const { return m_graph.nodes()[static_cast<std::size_t>(i)]; }
     const Shape& shape(int id) const { return m_graph.value(id).shape; }
 
-    nlohmann::json attrs(int i) const { return node(i).op->attrs_to_json(node(i).attrs); }
-
     /// A Transpose that swaps the last two axes (and no other).
     bool swaps_last_two(int i) const {
-        const nlohmann::json a = attrs(i);
-        if (!a.contains("perm") || a["perm"].is_null()) return true;
+        const auto& a = *node(i).attrs_if<ops::Transpose>();
+        if (!a.perm) return true;
         const std::size_t rank = shape(node(i).inputs[0]).size();
-        const auto perm = a["perm"].get<std::vector<int>>();
+        const std::vector<int>& perm = *a.perm;
         if (perm.size() != rank || rank < 2) return false;
         for (std::size_t k = 0; k < rank; ++k) {
             const long p = perm[k] < 0 ? perm[k] + static_cast<long>(rank) : perm[k];
@@ -58,13 +59,12 @@ public:
 
     /// A Softmax along the last axis.
     bool softmax_on_last_axis(int i) const {
-        const nlohmann::json a = attrs(i);
-        const int axis = a.contains("axis") ? a["axis"].get<int>() : -1;
+        const int axis = node(i).attrs_if<ops::Softmax>()->axis;
         const int rank = static_cast<int>(shape(node(i).inputs[0]).size());
         return axis == -1 || axis == rank - 1;
     }
 
-    double scale_factor(int i) const { return attrs(i)["factor"].get<double>(); }
+    double scale_factor(int i) const { return node(i).attrs_if<ops::Scale>()->factor.value; }
 
 private:
     const Graph& m_graph;
@@ -93,16 +93,16 @@ bool broadcasts_to(const Shape& from, const Shape& to) {
 // writes them, block by block), KT too (its Transpose then runs on its own).
 bool match_attention(const Matcher& m, int o_node, std::vector<bool>& folded, Step& step) {
     const Node& o = m.node(o_node);
-    if (o.op->name != std::string("MatMul")) return false;
-    const int a_node = m.link(o.inputs[0], "Softmax", folded);
+    if (!o.is<ops::MatMul>()) return false;
+    const int a_node = m.link<ops::Softmax>(o.inputs[0], folded);
     if (a_node < 0 || !m.softmax_on_last_axis(a_node)) return false;
     int s_value = m.node(a_node).inputs[0];
-    const int scale_node = m.link(s_value, "Scale", folded);
+    const int scale_node = m.link<ops::Scale>(s_value, folded);
     if (scale_node >= 0) s_value = m.node(scale_node).inputs[0];
-    const int sraw_node = m.link(s_value, "MatMul", folded);
+    const int sraw_node = m.link<ops::MatMul>(s_value, folded);
     if (sraw_node < 0) return false;
     const int kt = m.node(sraw_node).inputs[1];
-    const int kt_node = m.link(kt, "Transpose", folded);
+    const int kt_node = m.link<ops::Transpose>(kt, folded);
     if (kt_node < 0 || !m.swaps_last_two(kt_node)) return false;
     const int q = m.node(sraw_node).inputs[0], k = m.node(kt_node).inputs[0], v = o.inputs[1];
     const Shape &qs = m.shape(q), &ks = m.shape(k), &vs = m.shape(v);
@@ -135,8 +135,8 @@ bool match_attention(const Matcher& m, int o_node, std::vector<bool>& folded, St
 
 bool match_matmul_tb(const Matcher& m, int mm_node, std::vector<bool>& folded, Step& step) {
     const Node& mm = m.node(mm_node);
-    if (mm.op->name != std::string("MatMul")) return false;
-    const int t_node = m.foldable(mm.inputs[1], "Transpose", folded);
+    if (!mm.is<ops::MatMul>()) return false;
+    const int t_node = m.foldable<ops::Transpose>(mm.inputs[1], folded);
     if (t_node < 0 || !m.swaps_last_two(t_node)) return false;
     step.kind = StepKind::matmul_tb;
     step.inputs = {mm.inputs[0], m.node(t_node).inputs[0]};
@@ -146,8 +146,8 @@ bool match_matmul_tb(const Matcher& m, int mm_node, std::vector<bool>& folded, S
 
 bool match_scaled_softmax(const Matcher& m, int sm_node, std::vector<bool>& folded, Step& step) {
     const Node& sm = m.node(sm_node);
-    if (sm.op->name != std::string("Softmax") || !m.softmax_on_last_axis(sm_node)) return false;
-    const int scale_node = m.foldable(sm.inputs[0], "Scale", folded);
+    if (!sm.is<ops::Softmax>() || !m.softmax_on_last_axis(sm_node)) return false;
+    const int scale_node = m.foldable<ops::Scale>(sm.inputs[0], folded);
     if (scale_node < 0) return false;
     step.kind = StepKind::scaled_softmax;
     step.inputs = {m.node(scale_node).inputs[0]};
@@ -164,7 +164,7 @@ std::vector<std::vector<int>> linear_groups(const Graph& g, const std::vector<bo
     std::vector<int> group_of(g.values().size(), -1);  // x value id -> group
     for (std::size_t i = 0; i < g.nodes().size(); ++i) {
         const Node& n = g.nodes()[i];
-        if (folded[i] || n.op->name != std::string("Linear") || n.outputs.size() != 1) continue;
+        if (folded[i] || !n.is<ops::Linear>() || n.outputs.size() != 1) continue;
         bool constant = true;
         for (std::size_t k = 1; k < n.inputs.size(); ++k) constant = constant && g.value(n.inputs[k]).producer < 0;
         if (!constant) continue;
@@ -356,36 +356,31 @@ void attention_forward(const Step& step, In<T> in, Out<T> out) {
     });
 }
 
-// y_i = x·W_i + b_i for every node of a group, through one GEMM x·[W_1 | W_2 | ...]; the
-// bias is added after the product, as the Linear op adds it.
+// y_i = x·W_i + b_i for every node of a group: one GEMM per member, straight into its
+// output (the GEMM's column blocks keep both cores busy even when x has few rows), the bias
+// added after the product as the Linear op adds it. Each member's GEMM is the plain Linear
+// op's call, so a group's outputs have the Linear nodes' bits.
 template <class T>
 void linear_group_forward(In<T> in, Out<T> out, std::size_t member_inputs) {
     const Array<T>& x = *in[0];
     const std::size_t k = in[1]->shape()[0],
                       m = k ? x.size() / k : out[0]->size() / std::max<std::size_t>(in[1]->shape()[1], 1);
-    std::vector<std::size_t> offset(out.size() + 1, 0);
-    for (std::size_t i = 0; i < out.size(); ++i) offset[i + 1] = offset[i] + in[1 + i * member_inputs]->shape()[1];
-    const std::size_t width = offset.back();
-    Array<T> w = Array<T>::from_shape({k, width});
-    for (std::size_t i = 0; i < out.size(); ++i) {
-        const T* wi = in[1 + i * member_inputs]->data();
-        const std::size_t ni = offset[i + 1] - offset[i];
-        for (std::size_t r = 0; r < k; ++r) std::copy(wi + r * ni, wi + (r + 1) * ni, w.data() + r * width + offset[i]);
-    }
-    Array<T> wide = Array<T>::from_shape({m, width});
-    gemm<T>(false, false, m, width, k, T(1), x.data(), k, w.data(), width, T(0), wide.data(), width);
-    parallel_chunks(m, grain_for(width), [&](std::size_t r0, std::size_t r1) {
+    // the members in parallel too: a per-head projection (n x 64) is a single GEMM block
+    parallel_chunks(out.size(), 1, [&](std::size_t i0, std::size_t i1) {
+        for (std::size_t i = i0; i < i1; ++i) {
+            const std::size_t ni = in[1 + i * member_inputs]->shape()[1];
+            gemm<T>(false, false, m, ni, k, T(1), x.data(), k, in[1 + i * member_inputs]->data(), ni, T(0),
+                    out[i]->data(), ni);
+        }
+    });
+    if (member_inputs != 2) return;
+    parallel_chunks(m, grain_for(out.size() * in[1]->shape()[1]), [&](std::size_t r0, std::size_t r1) {
         for (std::size_t i = 0; i < out.size(); ++i) {
-            const std::size_t ni = offset[i + 1] - offset[i];
-            const T* b = member_inputs == 2 ? in[2 + i * member_inputs]->data() : nullptr;
+            const std::size_t ni = in[1 + i * member_inputs]->shape()[1];
+            const T* b = in[2 + i * member_inputs]->data();
             T* y = out[i]->data();
-            for (std::size_t r = r0; r < r1; ++r) {
-                const T* src = wide.data() + r * width + offset[i];
-                if (b)
-                    for (std::size_t j = 0; j < ni; ++j) y[r * ni + j] = src[j] + b[j];
-                else
-                    std::copy(src, src + ni, y + r * ni);
-            }
+            for (std::size_t r = r0; r < r1; ++r)
+                for (std::size_t j = 0; j < ni; ++j) y[r * ni + j] += b[j];
         }
     });
 }
@@ -427,5 +422,35 @@ void run_step(const Graph& graph, const Step& step, In<T> in, Out<T> out) {
 
 template void run_step<float>(const Graph&, const Step&, In<float>, Out<float>);
 template void run_step<double>(const Graph&, const Step&, In<double>, Out<double>);
+
+template <class T>
+void fused_matmul_tb(const Array<T>& a, const Array<T>& b, Array<T>& c) {
+    matmul_tb_forward<T>(a, b, c);
+}
+
+template <class T>
+void fused_scaled_softmax(const Array<T>& x, Array<T>& y, T factor) {
+    scaled_softmax_forward<T>(x, y, factor);
+}
+
+template <class T>
+void fused_attention(const Array<T>& q, const Array<T>& k, const Array<T>& v, Array<T>& o, T factor, bool scaled) {
+    Step step;
+    step.kind = StepKind::attention;
+    step.factor = static_cast<double>(factor);
+    step.scaled = scaled;
+    const Array<T>* in[] = {&q, &k, &v};
+    Array<T>* out[] = {&o};
+    attention_forward<T>(step, In<T>(in, 3), Out<T>(out, 1));
+}
+
+template void fused_matmul_tb<float>(const Array<float>&, const Array<float>&, Array<float>&);
+template void fused_matmul_tb<double>(const Array<double>&, const Array<double>&, Array<double>&);
+template void fused_scaled_softmax<float>(const Array<float>&, Array<float>&, float);
+template void fused_scaled_softmax<double>(const Array<double>&, Array<double>&, double);
+template void fused_attention<float>(const Array<float>&, const Array<float>&, const Array<float>&, Array<float>&,
+                                     float, bool);
+template void fused_attention<double>(const Array<double>&, const Array<double>&, const Array<double>&, Array<double>&,
+                                      double, bool);
 
 }  // namespace attngraph

@@ -59,4 +59,19 @@ Plan make_plan(const Graph& graph, const std::vector<bool>& keep, bool optimize 
 template <class T>
 void run_step(const Graph& graph, const Step& step, In<T> in, Out<T> out);
 
+// ---- the fused kernels on their own (engine/expr.hpp selects them by expression type) ----
+
+/// @brief c = a·bᵀ over the last two axes, batched with broadcasting: a (..., m, k),
+/// b (..., n, k), c (batch..., m, n) already shaped.
+template <class T>
+void fused_matmul_tb(const Array<T>& a, const Array<T>& b, Array<T>& c);
+/// @brief y = softmax(factor · x) along the last axis, factor · x rounded as the Scale op does.
+template <class T>
+void fused_scaled_softmax(const Array<T>& x, Array<T>& y, T factor);
+/// @brief o = softmax(factor · q·kᵀ)·v (factor only when `scaled`), by blocks of query rows:
+/// q (..., n, dk), k (..., m, dk), v (..., m, dv), their batch axes broadcasting to q's;
+/// o (batch of q..., n, dv) already shaped.
+template <class T>
+void fused_attention(const Array<T>& q, const Array<T>& k, const Array<T>& v, Array<T>& o, T factor, bool scaled);
+
 }  // namespace attngraph

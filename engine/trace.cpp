@@ -6,16 +6,18 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstdlib>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
+#include <limits>
 #include <random>
 
 #include "engine/error.hpp"
 #include "engine/graph_file.hpp"
 #include "engine/npy.hpp"
 #include "engine/stats.hpp"
+#include "ops/ops.hpp"
 
 namespace attngraph {
 
@@ -30,11 +32,10 @@ const TraceEntry* Trace::find(const std::string& name) const {
 
 // Rows of a Softmax output (along its axis) that are all zeros: a softmax row sums to 1
 // unless every input was -inf, so these are exactly the fully masked rows.
-static std::vector<Shape> zero_softmax_rows(const Node& node, const Tensor& y, const Shape& shape) {
+static std::vector<Shape> zero_softmax_rows(const ops::SoftmaxAttrs& attrs, const Tensor& y, const Shape& shape) {
     std::vector<Shape> rows;
     if (shape.empty()) return rows;
-    const json attrs = node.op->attrs_to_json(node.attrs);
-    long axis = attrs.contains("axis") ? attrs["axis"].get<long>() : -1;
+    long axis = attrs.axis;
     if (axis < 0) axis += static_cast<long>(shape.size());
     if (axis < 0 || axis >= static_cast<long>(shape.size())) return rows;
     const auto ax = static_cast<std::size_t>(axis);
@@ -86,7 +87,8 @@ Trace make_trace(const Graph& graph, const RunResult& result, const std::vector<
             for (int in : node->inputs) e.inputs.push_back(graph.value(in).name);
             e.formula = graph.formula(*node);
             e.seconds = result.seconds[static_cast<std::size_t>(v.producer)];
-            if (e.op == "Softmax") e.fully_masked_rows = zero_softmax_rows(*node, *e.data, e.shape);
+            if (const auto* softmax = node->attrs_if<ops::Softmax>())
+                e.fully_masked_rows = zero_softmax_rows(*softmax, *e.data, e.shape);
         }
         trace.entries.push_back(std::move(e));
     };
@@ -122,9 +124,9 @@ std::size_t display_width(const std::string& s) {
             cp = c & (0xFF >> (len + 1));
             for (std::size_t k = 1; k < len && i + k < s.size(); ++k) cp = (cp << 6) | (s[i + k] & 0x3F);
         }
-        w += (cp >= 0x1100 && (cp <= 0x115F || (cp >= 0x2E80 && cp <= 0xA4CF) || (cp >= 0xAC00 && cp <= 0xD7A3) ||
-                               (cp >= 0xF900 && cp <= 0xFAFF) || (cp >= 0xFF00 && cp <= 0xFF60) ||
-                               (cp >= 0x20000 && cp <= 0x3FFFD)))
+        w += (cp >= 0x1100 &&
+              (cp <= 0x115F || (cp >= 0x2E80 && cp <= 0xA4CF) || (cp >= 0xAC00 && cp <= 0xD7A3) ||
+               (cp >= 0xF900 && cp <= 0xFAFF) || (cp >= 0xFF00 && cp <= 0xFF60) || (cp >= 0x20000 && cp <= 0x3FFFD)))
                  ? 2
                  : 1;
         i += len;
@@ -181,7 +183,8 @@ std::string matrix_text(const Tensor& t, const Shape& shape, const std::vector<s
         }
         for (std::size_t r = 0; r < rows; ++r) {
             if (row_labels) out += pad_right(tokens[r], label_width);
-            for (std::size_t c = 0; c < cols; ++c) out += pad_left(number6(t.at_flat((s * rows + r) * cols + c)), width);
+            for (std::size_t c = 0; c < cols; ++c)
+                out += pad_left(number6(t.at_flat((s * rows + r) * cols + c)), width);
             out += '\n';
         }
     }
@@ -209,6 +212,109 @@ std::string entry_text(const Trace& trace, const TraceEntry& e) {
     if (e.fully_masked_rows.size() > max_notes)
         out += "  note: ... " + std::to_string(e.fully_masked_rows.size() - max_notes) + " more fully masked rows\n";
     if (e.data) out += matrix_text(*e.data, e.shape, trace.tokens, e.kind != "param");
+    return out;
+}
+
+namespace {
+
+// The indices of an axis of `size` a summary shows: all, or the `edge` first, a gap
+// (size as a marker) and the `edge` last.
+std::vector<std::size_t> edge_indices(std::size_t size, std::size_t edge) {
+    std::vector<std::size_t> ix;
+    if (size <= 2 * edge) {
+        for (std::size_t i = 0; i < size; ++i) ix.push_back(i);
+        return ix;
+    }
+    for (std::size_t i = 0; i < edge; ++i) ix.push_back(i);
+    ix.push_back(size);
+    for (std::size_t i = size - edge; i < size; ++i) ix.push_back(i);
+    return ix;
+}
+
+std::string value_stats(const Tensor& t, const Shape& shape) {
+    double lo = std::numeric_limits<double>::infinity(), hi = -lo, sum = 0;
+    std::size_t nans = 0;
+    for (std::size_t i = 0; i < t.size(); ++i) {
+        const double v = t.at_flat(i);
+        if (std::isnan(v)) {
+            ++nans;
+            continue;
+        }
+        lo = std::min(lo, v);
+        hi = std::max(hi, v);
+        sum += v;
+    }
+    const std::size_t counted = t.size() - nans;
+    std::string out = "  shape (" + shape_str(shape) + "), " + std::to_string(t.size()) + " values";
+    if (counted)
+        out +=
+            ": min " + number6(lo) + ", max " + number6(hi) + ", mean " + number6(sum / static_cast<double>(counted));
+    if (nans) out += ", " + std::to_string(nans) + " nan";
+    return out + "\n";
+}
+
+}  // namespace
+
+std::string entry_summary_text(const Trace& trace, const TraceEntry& e, std::size_t threshold, std::size_t edge) {
+    if (!e.data || e.data->size() <= threshold) return entry_text(trace, e);
+    TraceEntry header = e;
+    header.data = nullptr;
+    std::string out = entry_text(trace, header) + value_stats(*e.data, e.shape);
+    const Tensor& t = *e.data;
+    const Shape& shape = e.shape;
+    const std::size_t rank = shape.size();
+    const std::size_t rows = rank >= 2 ? shape[rank - 2] : 1, cols = rank >= 1 ? shape[rank - 1] : 1;
+    const bool row_labels = e.kind != "param" && rank >= 2 && !trace.tokens.empty() && rows == trace.tokens.size();
+    const bool col_labels = e.kind != "param" && rank >= 1 && !trace.tokens.empty() && cols == trace.tokens.size();
+    const auto row_ix = edge_indices(rows, edge), col_ix = edge_indices(cols, edge);
+    // the leading axes: every combination of their edge indices, "..." for a gap
+    std::vector<std::vector<std::size_t>> lead_ix;
+    for (std::size_t a = 0; a + 2 < rank; ++a) lead_ix.push_back(edge_indices(shape[a], edge));
+    std::size_t width = 10;
+    std::size_t label_width = 0;
+    if (row_labels)
+        for (std::size_t r : row_ix)
+            if (r < rows) label_width = std::max(label_width, display_width(trace.tokens[r]) + 2);
+    std::vector<std::size_t> at(lead_ix.size(), 0);  // position in each lead_ix list
+    bool gap_printed = false;
+    for (;;) {
+        bool gap = false;
+        std::size_t base = 0;
+        std::string idx = "[";
+        for (std::size_t a = 0; a < lead_ix.size(); ++a) {
+            const std::size_t i = lead_ix[a][at[a]];
+            if (i == shape[a]) gap = true;
+            base = base * shape[a] + (i == shape[a] ? 0 : i);
+            idx += std::to_string(i) + ", ";
+        }
+        if (gap) {
+            if (!gap_printed) out += "...\n";
+            gap_printed = true;
+        } else {
+            gap_printed = false;
+            if (rank > 2) out += idx + ":, :]\n";
+            if (col_labels) {
+                out += std::string(label_width, ' ');
+                for (std::size_t c : col_ix)
+                    out += pad_left(c == cols ? "..." : trace.tokens[c], c == cols ? 5 : width);
+                out += '\n';
+            }
+            for (std::size_t r : row_ix) {
+                if (r == rows) {
+                    out += std::string(label_width, ' ') + pad_left("...", width) + "\n";
+                    continue;
+                }
+                if (row_labels) out += pad_right(trace.tokens[r], label_width);
+                for (std::size_t c : col_ix)
+                    out += c == cols ? pad_left("...", 5)
+                                     : pad_left(number6(t.at_flat((base * rows + r) * cols + c)), width);
+                out += '\n';
+            }
+        }
+        std::size_t a = lead_ix.size();
+        while (a > 0 && ++at[a - 1] == lead_ix[a - 1].size()) at[--a] = 0;
+        if (a == 0) break;
+    }
     return out;
 }
 
@@ -242,6 +348,8 @@ static json entry_record(const TraceEntry& e) {
     r["shape"] = e.shape;
     r["dtype"] = to_string(e.dtype);
     if (!e.fully_masked_rows.empty()) r["fully_masked_rows"] = e.fully_masked_rows;
+    if (!e.onnx_name.empty()) r["onnx_name"] = e.onnx_name;
+    if (e.patched) r["patched"] = true;
     return r;
 }
 
@@ -336,7 +444,8 @@ void write_directory_atomically(const fs::path& dir, bool force, const std::func
     // "." + name as a std::string first: GCC 12 warns (-Wrestrict) on "literal" + std::string
     std::string hidden = ".";
     hidden += target.filename().string();
-    const fs::path tmp = parent / (hidden + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(rd() % 1000000));
+    const fs::path tmp =
+        parent / (hidden + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(rd() % 1000000));
     fs::create_directory(tmp, ec);
     if (ec) throw IoError(tmp.string() + ": cannot create (" + ec.message() + ")");
     try {

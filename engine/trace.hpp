@@ -18,17 +18,21 @@ namespace attngraph {
 /// @brief One traced value.
 struct TraceEntry {
     std::string name;
-    std::string kind;                  ///< "input", "param" or "node"
-    std::string op;                    ///< empty for input/param tensors
-    std::vector<std::string> inputs;   ///< operand names (nodes only)
-    std::string formula;               ///< "head1.Q (3x2) · head1.KT (2x3)" (nodes only)
+    std::string kind;                 ///< "input", "param" or "node"
+    std::string op;                   ///< empty for input/param tensors
+    std::vector<std::string> inputs;  ///< operand names (nodes only)
+    std::string formula;              ///< "head1.Q (3x2) · head1.KT (2x3)" (nodes only)
     Shape shape;
     DType dtype = DType::f32;
-    double seconds = 0;                ///< forward wall time (nodes only)
+    double seconds = 0;  ///< forward wall time (nodes only)
     std::shared_ptr<const Tensor> data;
     /// Softmax nodes: the rows (index without the softmax axis) whose every input was -inf
     /// (fully masked), which the softmax gives as all zeros.
     std::vector<Shape> fully_masked_rows;
+    /// the value's name in the model it was imported from (ONNX), when it came from one
+    std::string onnx_name;
+    /// The value was replaced by activation patching (RunOptions::patches/hooks).
+    bool patched = false;
 };
 
 /// @brief The traced values of one run, leaf tensors first-use ordered before the nodes
@@ -38,8 +42,8 @@ struct Trace {
     DType dtype = DType::f32;
     std::vector<std::string> tokens;
     std::vector<TraceEntry> entries;
-    bool complete = true;              ///< false when the run stopped early
-    std::string note;                  ///< why it stopped, when it did
+    bool complete = true;  ///< false when the run stopped early
+    std::string note;      ///< why it stopped, when it did
 
     const TraceEntry* find(const std::string& name) const;
 };
@@ -54,6 +58,13 @@ TraceFormat parse_trace_format(const std::string& text);  // throws Error
 /// rows and columns labelled with the tokens where an axis is the sequence.
 std::string trace_text(const Trace& trace);
 std::string entry_text(const Trace& trace, const TraceEntry& entry);
+/// Values above which entry_summary_text summarises (numpy's print threshold).
+constexpr std::size_t summary_threshold = 1000;
+/// @brief entry_text when the entry holds at most `threshold` values; else, as numpy prints
+/// a large array, the header, shape, min/max/mean and the `edge` first and last items of
+/// every axis with "..." between them.
+std::string entry_summary_text(const Trace& trace, const TraceEntry& entry, std::size_t threshold = summary_threshold,
+                               std::size_t edge = 3);
 /// The whole trace as JSON, values as nested lists.
 nlohmann::json trace_json(const Trace& trace);
 /// manifest.json: one record per entry with its file name, no values.

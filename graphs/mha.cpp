@@ -3,9 +3,8 @@
 #include <cmath>
 #include <random>
 
-#include "engine/builder.hpp"
 #include "engine/error.hpp"
-#include "ops/ops.hpp"
+#include "engine/expr.hpp"
 
 namespace attngraph::graphs {
 
@@ -34,7 +33,8 @@ MhaWeights random_mha_weights(const MhaConfig& c) {
     const double w = 1.0 / std::sqrt(static_cast<double>(c.d_model));
     std::uint64_t s = c.seed * 1000003;
     MhaWeights m;
-    m.x = c.batch ? random_tensor({c.batch, c.seq, c.d_model}, c.dtype, ++s) : random_tensor({c.seq, c.d_model}, c.dtype, ++s);
+    m.x = c.batch ? random_tensor({c.batch, c.seq, c.d_model}, c.dtype, ++s)
+                  : random_tensor({c.seq, c.d_model}, c.dtype, ++s);
     for (std::size_t h = 0; h < c.heads; ++h) {
         m.wq.push_back(random_tensor({c.d_model, dk}, c.dtype, ++s, w));
         m.bq.push_back(random_tensor({1, dk}, c.dtype, ++s, w));
@@ -76,33 +76,37 @@ MhaWeights seed_mha_weights() {
 }
 
 Graph build_mha(const MhaConfig& c, const MhaWeights& w) {
+    namespace ex = expr;
     if (c.heads == 0 || w.wq.size() != c.heads)
-        throw GraphError("build_mha: " + std::to_string(w.wq.size()) + " heads of weights for heads = " +
-                         std::to_string(c.heads));
+        throw GraphError("build_mha: " + std::to_string(w.wq.size()) +
+                         " heads of weights for heads = " + std::to_string(c.heads));
     const double dk = static_cast<double>(w.wq[0].shape().at(1));
-    GraphBuilder g(c.name, c.dtype);
-    g.set_tokens(c.tokens);
-    Value x = g.input("X", w.x.cast(c.dtype));
-    std::vector<Value> heads;
-    for (std::size_t i = 0; i < c.heads; ++i) {
+    auto x = ex::input("X", w.x.cast(c.dtype));
+    // leaves and nodes are listed in the graph in the order they are made: one statement each
+    auto head = [&](std::size_t i) {
         const std::string h = "head" + std::to_string(i + 1) + ".";
-        Value wq = g.param(h + "Wq", w.wq[i]), bq = g.param(h + "bq", w.bq[i]);
-        Value wk = g.param(h + "Wk", w.wk[i]), bk = g.param(h + "bk", w.bk[i]);
-        Value wv = g.param(h + "Wv", w.wv[i]), bv = g.param(h + "bv", w.bv[i]);
-        Value q = linear(x, wq, bq).as(h + "Q");
-        Value k = linear(x, wk, bk).as(h + "K");
-        Value v = linear(x, wv, bv).as(h + "V");
-        Value kt = transpose(k).as(h + "KT");
-        Value s_raw = matmul(q, kt).as(h + "S_raw");
-        Value s = scale(s_raw, std::sqrt(1.0 / dk)).as(h + "S");  // sqrt(0.5) is the double nearest 1/sqrt(2)
-        Value a = softmax(s).as(h + "A");
-        heads.push_back(matmul(a, v).as(h + "O"));
-    }
-    Value o = concat(heads, -1).as("O_concat");
-    Value wo = g.param("Wo", w.wo), bo = g.param("bo", w.bo);  // in this order (not two call arguments)
-    Value y = linear(o, wo, bo).as("Y");
-    g.output(y);
-    return g.build();
+        auto wq = ex::param(h + "Wq", w.wq[i]);
+        auto bq = ex::param(h + "bq", w.bq[i]);
+        auto wk = ex::param(h + "Wk", w.wk[i]);
+        auto bk = ex::param(h + "bk", w.bk[i]);
+        auto wv = ex::param(h + "Wv", w.wv[i]);
+        auto bv = ex::param(h + "bv", w.bv[i]);
+        auto q = ex::linear(x, wq, bq).named(h + "Q");
+        auto k = ex::linear(x, wk, bk).named(h + "K");
+        auto v = ex::linear(x, wv, bv).named(h + "V");
+        auto kt = ex::transpose(k).named(h + "KT");
+        auto s_raw = ex::matmul(q, kt).named(h + "S_raw");
+        auto s = ex::scale(s_raw, std::sqrt(1.0 / dk)).named(h + "S");  // sqrt(0.5) is the double nearest 1/sqrt(2)
+        auto a = ex::softmax(s).named(h + "A");
+        return ex::matmul(a, v).named(h + "O");
+    };
+    std::vector<decltype(head(0))> heads;
+    for (std::size_t i = 0; i < c.heads; ++i) heads.push_back(head(i));
+    auto o = ex::concat(heads, -1).named("O_concat");
+    auto wo = ex::param("Wo", w.wo);
+    auto bo = ex::param("bo", w.bo);
+    auto y = ex::linear(o, wo, bo).named("Y");
+    return ex::to_graph(y, c.name, {c.dtype, c.tokens});
 }
 
 }  // namespace attngraph::graphs

@@ -4,11 +4,15 @@
 
 #include "engine/builder.hpp"
 #include "engine/error.hpp"
+#include "engine/expr.hpp"
+#include "ops/attention.hpp"
 #include "ops/ops.hpp"
 
 namespace attngraph::graphs {
 
 namespace {
+
+namespace ex = expr;
 
 enum class Pattern { none, causal, window };
 
@@ -66,66 +70,96 @@ std::vector<int> inverse(const std::vector<int>& p) {
 
 Graph build_batched(const VariantConfig& c, const Plan& plan, const BatchedWeights& w) {
     const std::size_t h = c.heads, g = plan.kv_heads, r = h / g, dk = c.d_model / h;
-    const std::size_t n = c.seq, m = plan.cross ? (c.kv_seq ? c.kv_seq : c.seq) : c.seq;
     const std::size_t lead = c.batch ? 1 : 0;
     const int H = static_cast<int>(h), G = static_cast<int>(g), R = static_cast<int>(r), DK = static_cast<int>(dk);
-    std::vector<int> lead_dims;
-    if (lead) lead_dims.push_back(static_cast<int>(c.batch));
-    auto with_lead = [&](std::vector<int> rest) {
-        std::vector<int> s = lead_dims;
-        s.insert(s.end(), rest.begin(), rest.end());
-        return s;
-    };
-    // heads as axes: (lead, h, n, d_k), or grouped (lead, g, r, n, d_k) with K, V (lead, g, 1, m, d_k)
+    // heads as axes: (lead, h, n, d_k), or grouped (lead, g, r, n, d_k) with K, V (lead, g, 1, m, d_k).
+    // The Reshapes keep the lead axes as they are (keep_leading), so no batch size is written
+    // into the graph: X may have another batch size and sequence length.
+    const int keep = static_cast<int>(lead);
     const bool grouped = g != h;
-    const std::vector<int> q_shape = grouped ? with_lead({-1, G, R, DK}) : with_lead({-1, H, DK});
-    const std::vector<int> kv_shape = grouped ? with_lead({-1, G, 1, DK}) : with_lead({-1, H, DK});
-    const std::vector<int> perm = heads_first(lead, q_shape.size());
+    const std::vector<int> q_shape = grouped ? std::vector<int>{-1, G, R, DK} : std::vector<int>{-1, H, DK};
+    const std::vector<int> kv_shape = grouped ? std::vector<int>{-1, G, 1, DK} : std::vector<int>{-1, H, DK};
+    const std::vector<int> perm = heads_first(lead, lead + q_shape.size());
 
-    GraphBuilder b(c.name.empty() ? c.variant : c.name, c.dtype);
-    Value x = b.input("X", w.x.cast(c.dtype));
-    Value q_flat, k_flat, v_flat;
+    // structure chosen at run time (cross or self, which masks) goes through ex::Dynamic;
+    // leaves and nodes are listed in the graph in the order they are made
+    auto x = ex::input("X", w.x.cast(c.dtype));
+    ex::Dynamic q_flat, k_flat, v_flat;
     if (!plan.cross) {
-        Value wqkv = b.param("Wqkv", w.w_in), bqkv = b.param("bqkv", w.b_in);
-        Value qkv = linear(x, wqkv, bqkv).as("QKV");
+        auto wqkv = ex::param("Wqkv", w.w_in);
+        auto bqkv = ex::param("bqkv", w.b_in);
+        auto qkv = ex::linear(x, wqkv, bqkv).named("QKV");
         const int d = static_cast<int>(c.d_model), kvd = G * DK;
-        const auto parts = grouped ? split(qkv, {d, kvd, kvd}, -1, "QKV_split") : split(qkv, 3, -1, "QKV_split");
-        q_flat = parts[0], k_flat = parts[1], v_flat = parts[2];
+        if (grouped) {
+            auto parts = ex::split(qkv, {d, kvd, kvd}, -1).named("QKV_split");
+            q_flat = parts[0], k_flat = parts[1], v_flat = parts[2];
+        } else {
+            auto parts = ex::split(qkv, 3, -1).named("QKV_split");
+            q_flat = parts[0], k_flat = parts[1], v_flat = parts[2];
+        }
     } else {
-        Value ctx = b.input("C", w.c.cast(c.dtype));
-        Value wq = b.param("Wq", w.w_in), bq = b.param("bq", w.b_in);
-        Value wkv = b.param("Wkv", w.w_kv), bkv = b.param("bkv", w.b_kv);
-        q_flat = linear(x, wq, bq).as("Q_flat");
-        Value kv = linear(ctx, wkv, bkv).as("KV");
-        const auto parts = split(kv, 2, -1, "KV_split");
+        auto ctx = ex::input("C", w.c.cast(c.dtype));
+        auto wq = ex::param("Wq", w.w_in);
+        auto bq = ex::param("bq", w.b_in);
+        auto wkv = ex::param("Wkv", w.w_kv);
+        auto bkv = ex::param("bkv", w.b_kv);
+        q_flat = ex::linear(x, wq, bq).named("Q_flat");
+        auto kv = ex::linear(ctx, wkv, bkv).named("KV");
+        auto parts = ex::split(kv, 2, -1).named("KV_split");
         k_flat = parts[0], v_flat = parts[1];
     }
-    Value q = permute(reshape(q_flat, q_shape).as("Q_heads"), perm).as("Q");
-    Value k = permute(reshape(k_flat, kv_shape).as("K_heads"), perm).as("K");
-    Value v = permute(reshape(v_flat, kv_shape).as("V_heads"), perm).as("V");
-    Value kt = transpose(k).as("KT");
-    Value s = scale(matmul(q, kt).as("S_raw"), 1.0 / std::sqrt(static_cast<double>(dk))).as("S");
+    auto q = ex::permute(ex::reshape(q_flat, q_shape, keep).named("Q_heads"), perm).named("Q");
+    auto k = ex::permute(ex::reshape(k_flat, kv_shape, keep).named("K_heads"), perm).named("K");
+    auto v = ex::permute(ex::reshape(v_flat, kv_shape, keep).named("V_heads"), perm).named("V");
+    auto kt = ex::transpose(k).named("KT");
+    ex::Dynamic s = ex::scale(ex::matmul(q, kt).named("S_raw"), 1.0 / std::sqrt(static_cast<double>(dk))).named("S");
     if (plan.alibi) {
-        Shape bias_shape = grouped ? Shape{g, r, n, m} : Shape{h, n, m};
-        Tensor bias = zeros(DType::f64, bias_shape);
-        double* bd = bias.as<double>().data();
-        for (std::size_t hh = 0; hh < h; ++hh)
-            for (std::size_t i = 0; i < n; ++i)
-                for (std::size_t j = 0; j < m; ++j)
-                    bd[(hh * n + i) * m + j] =
-                        -alibi_slope(hh, h) * std::abs(static_cast<double>(i) - static_cast<double>(j));
-        Value alibi = b.param("alibi", bias.cast(c.dtype));
-        s = add(s, alibi).as("S_bias");
+        // ALiBi from h slopes and the positions at run time (the Alibi op): no (h, n, n) table
+        Tensor slopes = zeros(DType::f64, {h});
+        for (std::size_t hh = 0; hh < h; ++hh) slopes.as<double>()(hh) = alibi_slope(hh, h);
+        auto alibi_slopes = ex::param("alibi_slopes", slopes.cast(c.dtype));
+        s = ex::alibi(s, alibi_slopes).named("S_bias");
     }
-    if (plan.pattern == Pattern::causal) s = mask_causal(s).as("S_masked");
-    if (plan.pattern == Pattern::window) s = mask_window(s, static_cast<int>(c.window), c.causal).as("S_masked");
-    if (!c.lengths.empty()) s = mask_padding(s, c.lengths).as("S_padded");
-    Value a = softmax(s).as("A");
-    Value o = matmul(a, v).as("O");
-    Value rows = permute(o, inverse(perm)).as("O_rows");
-    Value concat_heads = reshape(rows, with_lead({-1, static_cast<int>(c.d_model)})).as("O_concat");
+    if (plan.pattern == Pattern::causal) s = ex::mask_causal(s).named("S_masked");
+    if (plan.pattern == Pattern::window) s = ex::mask_window(s, static_cast<int>(c.window), c.causal).named("S_masked");
+    if (!c.lengths.empty()) s = ex::mask_padding(s, c.lengths).named("S_padded");
+    auto a = ex::softmax(s).named("A");
+    auto o = ex::matmul(a, v).named("O");
+    auto rows = ex::permute(o, inverse(perm)).named("O_rows");
+    auto concat_heads = ex::reshape(rows, {-1, static_cast<int>(c.d_model)}, keep).named("O_concat");
+    auto wo = ex::param("Wo", w.wo);
+    auto bo = ex::param("bo", w.bo);
+    auto y = ex::linear(concat_heads, wo, bo).named("Y");
+    return ex::to_graph(y, c.name.empty() ? c.variant : c.name, {c.dtype, {}});
+}
+
+// decode: one step of KV-cache decoding with the Attention composite. X (B, n, d) holds the
+// n new tokens (n = 1: one step), past_key/past_value (B, g, past, d_k) the cache; the outputs
+// are Y and the cache with the new tokens appended, attn.present_key/present_value.
+//   QKV = X·Wqkv + bqkv,  Q_flat, K_flat, V_flat = split(QKV)
+//   attn = Attention(Q_flat, K_flat, V_flat, past_key, past_value; causal, h, g heads)
+//   Y = attn.Y·Wo + bo
+Graph build_decode(const VariantConfig& c, std::size_t g, const BatchedWeights& w, const Tensor& past_key,
+                   const Tensor& past_value) {
+    GraphBuilder b(c.name.empty() ? c.variant : c.name, c.dtype);
+    Value x = b.input("X", w.x.cast(c.dtype));
+    Value wqkv = b.param("Wqkv", w.w_in), bqkv = b.param("bqkv", w.b_in);
+    Value qkv = linear(x, wqkv, bqkv).named("QKV");
+    const int d = static_cast<int>(c.d_model), kvd = static_cast<int>(g * (c.d_model / c.heads));
+    const auto parts = split(qkv, {d, kvd, kvd}, -1, "QKV_split");
+    AttentionInputs in;
+    in.q = parts[0], in.k = parts[1], in.v = parts[2];
+    in.past_key = b.input("past_key", past_key.cast(c.dtype));
+    in.past_value = b.input("past_value", past_value.cast(c.dtype));
+    AttentionAttrs a;
+    a.is_causal = 1;
+    a.q_num_heads = static_cast<int>(c.heads);
+    a.kv_num_heads = static_cast<int>(g);
+    const AttentionOutputs o = attention("attn", in, a);
     Value wo = b.param("Wo", w.wo), bo = b.param("bo", w.bo);
-    b.output(linear(concat_heads, wo, bo).as("Y"));
+    b.output(linear(o.y, wo, bo).named("Y"));
+    b.output(o.present_key);
+    b.output(o.present_value);
     return b.build();
 }
 
@@ -159,15 +193,15 @@ const std::vector<VariantInfo>& variant_list() {
         {"mqa", "multi-query attention: one K/V head shared by every query head"},
         {"gqa", "grouped-query attention: --groups K/V heads, each shared by heads/groups query heads"},
         {"sliding-window", "sliding-window attention: |i - j| < --window (0 <= i - j < window with --causal)"},
-        {"alibi", "ALiBi causal attention: scores + (-m_h |i - j|), m_h = 2^(-8(h+1)/heads)"},
+        {"alibi", "ALiBi causal attention: scores - m_h |i - j| from per-head slopes, m_h = 2^(-8(h+1)/heads)"},
+        {"decode", "one step of KV-cache decoding: --seq new tokens after --past cached keys/values (Attention op)"},
     };
     return list;
 }
 
 Graph build_variant(const VariantConfig& c) {
     const std::string& v = c.variant;
-    const bool known = std::any_of(variant_list().begin(), variant_list().end(),
-                                   [&](const VariantInfo& info) { return info.name == v; });
+    const bool known = std::ranges::any_of(variant_list(), [&](const VariantInfo& info) { return info.name == v; });
     if (!known) {
         std::string names;
         for (const auto& info : variant_list()) names += (names.empty() ? "" : ", ") + info.name;
@@ -177,7 +211,8 @@ Graph build_variant(const VariantConfig& c) {
         if (given) throw GraphError("variant '" + v + "' takes no " + what);
     };
     refuse(c.kv_seq != 0 && v != "cross", "kv_seq (only cross has keys of another length)");
-    refuse(c.groups != 0 && v != "gqa", "groups (only gqa)");
+    refuse(c.groups != 0 && v != "gqa" && v != "decode", "groups (only gqa and decode)");
+    refuse(c.past != 0 && v != "decode", "past (only decode)");
     refuse(c.window != 0 && v != "sliding-window", "window (only sliding-window)");
     refuse(c.causal && v != "sliding-window", "causal flag (only sliding-window; use the causal variant)");
     if (v == "gqa" && c.groups == 0) throw GraphError("variant 'gqa' needs groups");
@@ -199,7 +234,7 @@ Graph build_variant(const VariantConfig& c) {
 
     Plan plan;
     plan.cross = v == "cross";
-    plan.kv_heads = v == "mqa" ? 1 : v == "gqa" ? c.groups : c.heads;
+    plan.kv_heads = v == "mqa" ? 1 : v == "gqa" || (v == "decode" && c.groups) ? c.groups : c.heads;
     plan.pattern = v == "causal" || v == "alibi" ? Pattern::causal
                    : v == "sliding-window"       ? Pattern::window
                                                  : Pattern::none;
@@ -226,6 +261,15 @@ Graph build_variant(const VariantConfig& c) {
     }
     w.wo = random_tensor({d, d}, c.dtype, ++s, scale_w);
     w.bo = random_tensor({1, d}, c.dtype, ++s, scale_w);
+    if (v == "decode") {
+        refuse(!c.lengths.empty(), "padding lengths");
+        // X is (B, n, d) always (B = 1 without --batch): Attention's 3-D inputs have a batch axis
+        const std::size_t batch = c.batch ? c.batch : 1, dk = d / c.heads;
+        w.x = random_tensor({batch, c.seq, d}, c.dtype, c.seed * 1000003 + 1);
+        const Tensor past_key = random_tensor({batch, plan.kv_heads, c.past, dk}, c.dtype, ++s);
+        const Tensor past_value = random_tensor({batch, plan.kv_heads, c.past, dk}, c.dtype, ++s);
+        return build_decode(c, plan.kv_heads, w, past_key, past_value);
+    }
     return build_batched(c, plan, w);
 }
 

@@ -5,12 +5,11 @@
 //
 //   QKV      = X·Wqkv + bqkv                 (lead, n, d + 2·g·d_k)   [cross: Q = X·Wq + bq, KV = C·Wkv + bkv]
 //   QKV_split:0,1,2 = split(QKV, sizes [d, g·d_k, g·d_k])
-//   Q_heads  = reshape(.., [lead, -1, h, d_k]),  Q = permute(.., heads first)   (lead, h, n, d_k)
-//   K, V     likewise (lead, h, m, d_k);  for g < h: Q (lead, g, r, n, d_k), K, V (lead, g, 1, m, d_k)
-//   KT = Kᵀ,  S_raw = Q·KT,  S = S_raw / sqrt(d_k)
-//   [S_bias = S + alibi]  [S_masked = mask(.., causal | window)]  [S_padded = mask(.., padding)]
-//   A = softmax(..),  O = A·V,  O_rows = permute(O, back),  O_concat = reshape(.., [lead, -1, d])
-//   Y = O_concat·Wo + bo
+//   Q_heads  = reshape(.., [lead, -1, h, d_k])  (lead kept by keep_leading, never written in),  Q = permute(.., heads
+//   first)   (lead, h, n, d_k) K, V     likewise (lead, h, m, d_k);  for g < h: Q (lead, g, r, n, d_k), K, V (lead, g,
+//   1, m, d_k) KT = Kᵀ,  S_raw = Q·KT,  S = S_raw / sqrt(d_k) [S_bias = S + alibi]  [S_masked = mask(.., causal |
+//   window)]  [S_padded = mask(.., padding)] A = softmax(..),  O = A·V,  O_rows = permute(O, back),  O_concat =
+//   reshape(.., [lead, -1, d]) Y = O_concat·Wo + bo
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -30,6 +29,7 @@ struct VariantConfig {
     std::size_t heads = 2;     ///< h
     std::size_t groups = 0;    ///< g, K/V heads of gqa (0: = heads; mqa: 1)
     std::size_t window = 0;    ///< w of sliding-window
+    std::size_t past = 0;      ///< decode: cached keys/values before the new tokens
     bool causal = false;       ///< sliding-window: 0 <= i - j < w instead of |i - j| < w
     std::vector<int> lengths;  ///< key padding: sequence b has lengths[b] valid keys (needs batch > 0)
     DType dtype = DType::f32;
@@ -43,7 +43,7 @@ struct VariantInfo {
     std::string description;
 };
 
-/// mha, mha-batched, causal, cross, mqa, gqa, sliding-window, alibi.
+/// mha, mha-batched, causal, cross, mqa, gqa, sliding-window, alibi, decode.
 const std::vector<VariantInfo>& variant_list();
 
 /// @brief Builds a variant with seeded random weights; throws GraphError on bad sizes.

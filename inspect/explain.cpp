@@ -5,6 +5,7 @@
 
 #include "engine/error.hpp"
 #include "engine/gemm.hpp"
+#include "ops/ops.hpp"
 
 namespace attngraph::inspect {
 
@@ -129,41 +130,18 @@ private:
     }
 
     void explain_node(const Node& node) {
-        const std::string& op = node.op->name;
         const int out = node.outputs.at(0);
         const std::string y = latex_name(m_graph.value(out).name);
         const Shape& ys = m_graph.value(out).shape;
-        const auto& in = node.inputs;
-        const nlohmann::json attrs = node.op->attrs_to_json(node.attrs);
-        if (op == "Linear") {
+        if (node.is<ops::Linear>()) {
             linear(node);
             return;
         }
-        if (op == "MatMul") {
-            display(op_tex(in[0]) + "\\cdot " + op_tex(in[1]) + "=" + operand(y, ys));
-        } else if (op == "Transpose") {
-            if (attrs.contains("perm") && !attrs["perm"].is_null())
-                display(operand(y, ys) + "=\\mathrm{transpose}\\left(" + op_tex(in[0]) + ",\\ " + attrs["perm"].dump() +
-                        "\\right)");
-            else
-                display(operand(y, ys) + "=\\left(" + op_tex(in[0]) + "\\right)^{T}");
-        } else if (op == "Scale") {
-            const double f = attrs.value("factor", 1.0);
-            const std::string factor = f > 0 && f < 1 ? "\\frac{1}{" + number(1 / f) + "}\\," : number(f) + "\\cdot ";
-            display(operand(y, ys) + "=" + factor + op_tex(in[0]));
-        } else if (op == "Softmax") {
-            const int axis = attrs.value("axis", -1);
-            display(operand(y, ys) + "=\\mathrm{softmax}\\left(" + op_tex(in[0]) + "\\right)" +
-                    (axis == -1 || axis == static_cast<int>(ys.size()) - 1
-                         ? "\\quad\\text{(row-wise)}"
-                         : "\\quad\\text{(axis " + std::to_string(axis) + ")}"));
-        } else {
-            std::string args;
-            for (int id : in) args += (args.empty() ? "" : ",\\ ") + op_tex(id);
-            std::string attr_text;
-            if (attrs.is_object() && !attrs.empty()) attr_text = ";\\ \\text{" + attrs.dump() + "}";
-            display(operand(y, ys) + "= \\mathrm{" + op + "}\\left(" + args + attr_text + "\\right)");
-        }
+        std::vector<std::string> operands;
+        for (int id : node.inputs) operands.push_back(op_tex(id));
+        display(node.op->latex(node.attrs, operands, operand(y, ys), ys));
+        // an op without LaTeX of its own: its formula too, as the text trace prints it
+        if (!node.op->own_latex) m_out += "`" + m_graph.value(out).name + " = " + m_graph.formula(node) + "`\n\n";
         for (std::size_t k = 0; k < node.outputs.size(); ++k) {
             const int id = node.outputs[k];
             matrix("$$", latex_name(m_graph.value(id).name), value(id));

@@ -77,6 +77,7 @@ std::string report_html(const TraceDir& trace, const ReportOptions& o) {
             r["g"] = matrix_record(*g, o.max_side);
         }
         entries.push_back(std::move(r));
+        if (o.progress) o.progress(entries.size(), trace.entries().size());
     }
     data["entries"] = std::move(entries);
 

@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "engine/error.hpp"
+#include "engine/kernel.hpp"
 #include "engine/parallel.hpp"
-#include "engine/op.hpp"
 #include "engine/tensor.hpp"
 
 namespace attngraph::ops {

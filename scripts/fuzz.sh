@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (preset asan: clang, ASan + UBSan) and fuzzes each for SECONDS (default 60),
 # starting from the seed corpora: graphs/*.json and tests/data/malformed/ for graph files,
-# fuzz/corpus/npy/ and tests/data/ .npy files for the .npy reader. A crash leaves its input in
+# fuzz/corpus/npy/ and tests/data/ .npy files for the .npy reader, tests/data/onnx/ for the ONNX importer. A crash leaves its input in
 # build/asan/findings/ and fails; turn it into a regression test (tests/data/regressions/).
 # usage: scripts/fuzz.sh [SECONDS]
 set -euo pipefail
@@ -9,12 +9,12 @@ cd "$(dirname "$0")/.."
 seconds="${1:-60}"
 scripts/install-deps.sh clang libclang-rt-14-dev
 cmake --preset asan >/dev/null
-cmake --build --preset asan --target fuzz_graph_file fuzz_npy
+cmake --build --preset asan --target fuzz_graph_file fuzz_npy fuzz_onnx
 bin=build/asan/fuzz
 findings=build/asan/findings
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-mkdir -p "$findings" "$work/graph" "$work/npy"
+mkdir -p "$findings" "$work/graph" "$work/npy" "$work/onnx"
 common=(-max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$findings/")
 status=0
 echo "== fuzz_graph_file ($seconds s)"
@@ -25,6 +25,10 @@ echo "== fuzz_npy ($seconds s)"
 "$bin/fuzz_npy" "${common[@]}" -max_len=4096 "$work/npy" fuzz/corpus/npy tests/data/regressions \
   2>"$work/npy.log" || status=1
 tail -n 12 "$work/npy.log"
+echo "== fuzz_onnx ($seconds s)"
+"$bin/fuzz_onnx" "${common[@]}" -max_len=16384 "$work/onnx" tests/data/onnx tests/data/regressions \
+  2>"$work/onnx.log" || status=1
+tail -n 12 "$work/onnx.log"
 if ((status)); then
   echo "fuzzing found a crash: see $findings/ and the logs above" >&2
   exit 1

@@ -1,5 +1,7 @@
 // attngraph bench: the JSON line's keys and the sizes it echoes, and its errors. Times are
 // only checked to be positive: speed is measured by running the benchmark, never in tests.
+#include <cstdlib>
+
 #include <boost/test/unit_test.hpp>
 
 #include "support/helpers.hpp"
@@ -25,8 +27,8 @@ BOOST_AUTO_TEST_CASE(bench_prints_one_json_line) {
     const test::CliResult r = test::run_cli("bench --batch 2 --seq 5 --d-model 8 --heads 2 --threads 2 --reps 3");
     BOOST_TEST(r.code == 0, r.err);
     const nlohmann::ordered_json j = one_json_line(r.out);
-    const std::vector<std::string> want = {"variant", "batch",     "seq",    "d_model", "heads",      "threads",
-                                           "trace",   "median_ms", "min_ms", "gflops",  "peak_rss_mb"};
+    const std::vector<std::string> want = {"variant", "batch", "seq",       "d_model", "heads",  "threads",
+                                           "blas",    "trace", "median_ms", "min_ms",  "gflops", "peak_rss_mb"};
     BOOST_TEST(keys(j) == want, boost::test_tools::per_element());
     BOOST_TEST(j["variant"] == "mha");
     BOOST_TEST(j["batch"] == 2);
@@ -62,10 +64,28 @@ BOOST_AUTO_TEST_CASE(bench_gemm_prints_its_line) {
     const test::CliResult r = test::run_cli("bench --gemm 64 --threads 2 --reps 2");
     BOOST_TEST(r.code == 0, r.err);
     const nlohmann::ordered_json j = one_json_line(r.out);
-    const std::vector<std::string> want = {"gemm", "threads", "median_ms", "gflops"};
+    const std::vector<std::string> want = {"gemm", "threads", "blas", "median_ms", "gflops"};
     BOOST_TEST(keys(j) == want, boost::test_tools::per_element());
     BOOST_TEST(j["gemm"] == 64);
     BOOST_TEST(j["gflops"].get<double>() > 0);
+    BOOST_TEST(!j["blas"].get<std::string>().empty());
+}
+
+BOOST_AUTO_TEST_CASE(bench_gemm_as_unknown_cpu_selects_past_prescott) {
+    // Started from Prescott (OpenBLAS 0.3.21 on a CPU model it does not know), the engine
+    // selects the kernel for the CPU's instruction sets; on a CPU without AVX it stays.
+    const test::CliResult r = test::run_cli("bench --gemm 32 --threads 1 --reps 1 --as-unknown-cpu");
+    if (std::getenv("OPENBLAS_CORETYPE")) {  // the machine's choice is kept: refused
+        BOOST_TEST(r.code == 1);
+        BOOST_TEST(r.err.find("unset it for this command") != std::string::npos, r.err);
+        return;
+    }
+    BOOST_TEST(r.code == 0, r.err);
+    const std::string blas = one_json_line(r.out)["blas"].get<std::string>();
+    if (__builtin_cpu_supports("avx"))
+        BOOST_TEST(blas.find("(cpu features (OpenBLAS picked Prescott))") != std::string::npos, blas);
+    else
+        BOOST_TEST(blas == "Prescott (OpenBLAS)", blas);
 }
 
 BOOST_AUTO_TEST_CASE(bench_errors_are_one_line) {

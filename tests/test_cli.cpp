@@ -149,8 +149,9 @@ BOOST_AUTO_TEST_CASE(trace_npy_holds_the_seed) {
                     BOOST_TEST(e["op"] == "MatMul");
                     BOOST_TEST(e["inputs"] == json({"head1.Q", "head1.KT"}));
                     BOOST_TEST(e["formula"] == "head1.Q (3x2) · head1.KT (2x3)");
-                    BOOST_TEST(e["seconds"].get<double>() >= 0);
+                    BOOST_TEST(e["seconds"].is_number());  // 0 here: computed inside the fused attention step
                 }
+                if (e["name"] == "Y") BOOST_TEST(e["seconds"].get<double>() > 0);  // a step of its own: timed
                 if (e["name"] == "head2.Wv") BOOST_TEST(e["kind"] == "param");
                 if (e["name"] == "X") BOOST_TEST(e["kind"] == "input");
             }
@@ -160,10 +161,7 @@ BOOST_AUTO_TEST_CASE(trace_npy_holds_the_seed) {
 
 BOOST_AUTO_TEST_CASE(npy_files_are_readable_by_numpy) {
     const std::string py = python_with_numpy();
-    if (py.empty()) {
-        BOOST_TEST_MESSAGE("no python3 with numpy (scripts/install-deps.sh installs python3-numpy): skipped");
-        return;
-    }
+    BOOST_TEST_REQUIRE(!py.empty(), "no python3 with numpy: scripts/install-deps.sh installs python3-numpy");
     TempDir tmp;
     const fs::path dir = tmp.path / "t";
     for (const std::string dtype : {"f32", "f64"}) {
@@ -461,9 +459,9 @@ BOOST_AUTO_TEST_CASE(bad_inputs) {
     expect_failure("run attr.json" + trace, {"attr.json", "node 'head1.S' (Scale)", "factr"}, d);
     expect_failure("run no_such.json" + trace, {"no_such.json"}, d);
 
-    // npy files named by the graph: missing, truncated, int64, header lying
-    write_raw_npy(d / "int64.npy", "{'descr': '<i8', 'fortran_order': False, 'shape': (4, 4), }",
-                  std::string(128, '\0'));
+    // npy files named by the graph: missing, truncated, complex, header lying
+    write_raw_npy(d / "complex.npy", "{'descr': '<c16', 'fortran_order': False, 'shape': (4, 4), }",
+                  std::string(256, '\0'));
     write_raw_npy(d / "lying.npy", "{'descr': '<f8', 'fortran_order': False, 'shape': (4, 4), }",
                   f8_bytes(std::vector<double>(8, 1.0)));
     write_raw_npy(d / "good.npy", "{'descr': '<f8', 'fortran_order': False, 'shape': (4, 4), }",
@@ -475,7 +473,7 @@ BOOST_AUTO_TEST_CASE(bad_inputs) {
          std::vector<std::pair<std::string, std::string>>{{"missing.npy", "missing.npy"},
                                                           {"trunc.npy", "trunc.npy"},
                                                           {"header_only.npy", "header_only.npy"},
-                                                          {"int64.npy", "<i8"},
+                                                          {"complex.npy", "<c16"},
                                                           {"lying.npy", "4x4"},
                                                           {"not.npy", "not.npy"}}) {
         doc = seed_doc();

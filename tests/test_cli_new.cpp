@@ -14,8 +14,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const std::vector<std::string> kVariants = {"mha", "mha-batched", "causal",         "cross",
-                                            "mqa", "gqa",         "sliding-window", "alibi"};
+const std::vector<std::string> kVariants = {"mha", "mha-batched",    "causal", "cross", "mqa",
+                                            "gqa", "sliding-window", "alibi",  "decode"};
 
 using attngraph::test::slurp;
 
@@ -110,6 +110,25 @@ BOOST_AUTO_TEST_CASE(another_sequence_length_through_input) {
     const auto r = run_cli("run c.json --input X=x.npy", dir.path);
     BOOST_TEST(r.code == 0, r.err);
     BOOST_TEST(r.out.find("Y (2x9x8)") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(another_batch_size_through_input) {
+    // issue 12 §3: the batch is not written into the graph's Reshapes, so X (3, 4, 8) gives
+    // Y (3, 4, 8) (it gave (2, 6, 8) once, the third sequence folded into the first two)
+    test::TempDir dir;
+    BOOST_TEST(run_cli("new mha-batched --batch 2 --seq 4 --d-model 8 --heads 2 -o mb.json", dir.path).code == 0);
+    save_npy(dir.path / "x3.npy", graphs::random_tensor({3, 4, 8}, DType::f32, 5));
+    const auto r = run_cli("run mb.json --input X=x3.npy", dir.path);
+    BOOST_TEST(r.code == 0, r.err);
+    BOOST_TEST(r.out.find("Y (3x4x8)") != std::string::npos, r.out);
+    // padding lengths belong to the batch they were written for: another batch is refused
+    BOOST_TEST(
+        run_cli("new causal --batch 2 --seq 4 --d-model 8 --heads 2 --kv-lengths 4,2 -o p.json", dir.path).code == 0);
+    const auto p = run_cli("run p.json --input X=x3.npy", dir.path);
+    BOOST_TEST(p.code == 1);
+    BOOST_TEST(p.err.rfind("error: ", 0) == 0u, p.err);
+    BOOST_TEST(p.err.find("S_padded") != std::string::npos, p.err);
+    BOOST_TEST(p.err.find("batch axis 3") != std::string::npos, p.err);
 }
 
 BOOST_AUTO_TEST_CASE(bad_arguments_are_one_line_errors_and_write_nothing) {

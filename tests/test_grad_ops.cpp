@@ -114,7 +114,7 @@ BOOST_AUTO_TEST_CASE(scale_by_hand) {
     // y = 2.5 x, G = [[1, -2, 0.5]]: dL/dx = 2.5 G
     GraphBuilder g("scale", DType::f64);
     Value x = g.input("x", vec({3, 1, 4}, {1, 3}));
-    g.output(scale(x, 2.5).as("y"));
+    g.output(scale(x, 2.5).named("y"));
     const Graph graph = g.build();
     RunOptions keep;
     keep.keep_all = true;
@@ -131,7 +131,7 @@ BOOST_AUTO_TEST_CASE(softmax_of_two_by_hand) {
     // dL/dx0 = y0 (1 - y0) = 0.1875, dL/dx1 = -0.1875.
     GraphBuilder g("softmax2", DType::f64);
     Value x = g.input("x", vec({std::log(3.0), 0.0}, {1, 2}));
-    g.output(softmax(x).as("y"));
+    g.output(softmax(x).named("y"));
     const Graph graph = g.build();
     RunOptions keep;
     keep.keep_all = true;
@@ -150,7 +150,7 @@ BOOST_AUTO_TEST_CASE(linear_by_hand) {
     Value x = g.input("x", vec({1, 2, 3, 4}, {2, 2}));
     Value w = g.param("W", vec({5, 6}, {2, 1}));
     Value b = g.param("b", vec({7}, {1}));
-    g.output(linear(x, w, b).as("y"));
+    g.output(linear(x, w, b).named("y"));
     const Graph graph = g.build();
     RunOptions keep;
     keep.keep_all = true;
@@ -165,7 +165,7 @@ BOOST_AUTO_TEST_CASE(fully_masked_softmax_row_has_zero_gradient) {
     const double inf = std::numeric_limits<double>::infinity();
     GraphBuilder g("masked", DType::f64);
     Value x = g.input("x", vec({-inf, -inf, 1, 2}, {2, 2}));
-    g.output(softmax(x).as("y"));
+    g.output(softmax(x).named("y"));
     const Graph graph = g.build();
     RunOptions keep;
     keep.keep_all = true;

@@ -14,9 +14,10 @@
 #include "engine/trace.hpp"
 #include "graphs/mha.hpp"
 #include "ops/common.hpp"
+#include "engine/builder.hpp"
 #include "ops/ops.hpp"
 #include "support/helpers.hpp"
-#include "support/op_helpers.hpp"
+#include "support/op_test.hpp"
 
 using namespace attngraph;
 using namespace attngraph::test;
@@ -297,15 +298,15 @@ BOOST_AUTO_TEST_CASE(eager_interface) {
                              {"node 's' (Scale)", "attributes of the wrong type"});
     // duplicate names: tensor/tensor, node/node, tensor/node
     expect_error<GraphError>([&] { g.param("X", Tensor(literal<float>({1}, {1}))); }, {"duplicate name 'X'"});
-    Value a = softmax(x).as("a");
-    expect_error<GraphError>([&] { softmax(x).as("a"); }, {"duplicate name 'a'"});
-    expect_error<GraphError>([&] { softmax(x).as("W"); }, {"duplicate name 'W'"});
+    Value a = softmax(x).named("a");
+    expect_error<GraphError>([&] { softmax(x).named("a"); }, {"duplicate name 'a'"});
+    expect_error<GraphError>([&] { softmax(x).named("W"); }, {"duplicate name 'W'"});
     expect_error<GraphError>([&] { g.input("a", Tensor(literal<float>({1}, {1}))); }, {"duplicate name 'a'"});
     expect_error<GraphError>([&] { g.input("bad name", Tensor(literal<float>({1}, {1}))); },
                              {"invalid name 'bad name'"});
     // a node that already has consumers keeps its name
     Value b = scale(a, 2);
-    expect_error<GraphError>([&] { a.as("renamed"); }, {"'a'", "consumers"});
+    expect_error<GraphError>([&] { a.named("renamed"); }, {"'a'", "consumers"});
     // arity
     expect_error<GraphError>(
         [&] {
@@ -315,7 +316,7 @@ BOOST_AUTO_TEST_CASE(eager_interface) {
     expect_error<GraphError>([&] { g.node("Linear", {x}, op_attrs("Linear"), "l"); },
                              {"node 'l' (Linear)", "takes 2 to 3 inputs, got 1"});
     // shape mismatch at once, naming the node, the op and both operands
-    expect_error<ShapeError>([&] { matmul(x, x).as("never"); }, {"(MatMul)", "X (3x4)", "inner dimensions"});
+    expect_error<ShapeError>([&] { matmul(x, x).named("never"); }, {"(MatMul)", "X (3x4)", "inner dimensions"});
     expect_error<ShapeError>(
         [&] {
             g.node("MatMul", {x, b}, op_attrs("MatMul"), "mm");
@@ -339,7 +340,7 @@ BOOST_AUTO_TEST_CASE(deferred_interface) {
         g.add_tensor("X", ValueKind::input, Tensor(literal<float>({2, 3}, {1, 2, 3, 4, 5, 6})));
         return g;
     };
-    const std::any f1 = op_attrs("Scale", {{"factor", 1}});
+    const NodeAttrs f1 = op_attrs("Scale", {{"factor", 1}});
     {
         GraphBuilder g = base();
         g.add_node("s", "Scal", {"X"}, f1);
@@ -605,7 +606,7 @@ struct Split2 {
 };
 void register_split() {
     static const bool once = [] {
-        OpRegistry::instance().add(make_op_def<Split2>());
+        OpRegistry::instance().add<Split2>();
         return true;
     }();
     (void)once;
@@ -666,12 +667,12 @@ BOOST_AUTO_TEST_CASE(names_from_cpp) {
     register_split();
     GraphBuilder g("split_cpp", DType::f64);
     Value x = g.input("X", Tensor(literal<double>({1, 4}, {1, 2, 3, 4})));
-    Value sp = g.node("TestSplit2", {x}, std::any(SplitAttrs{}), "sp");
+    Value sp = g.node<Split2>({x}, {}, "sp");
     BOOST_TEST((sp[0].shape() == Shape{1, 2}));
     BOOST_TEST((sp[1].shape() == Shape{1, 2}));
     expect_error<GraphError>([&] { sp.shape(); }, {"'sp'", "2 outputs"});
     expect_error<GraphError>([&] { sp[2].shape(); }, {"'sp'", "no output 2"});
-    g.output(matmul(transpose(sp[0]), sp[1]).as("outer"));
+    g.output(matmul(transpose(sp[0]), sp[1]).named("outer"));
     const Graph graph = g.build();
     const RunResult r = run(graph, {});
     // [1,2]ᵀ·[3,4] = [[3,4],[6,8]]

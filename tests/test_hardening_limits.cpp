@@ -176,10 +176,10 @@ BOOST_AUTO_TEST_CASE(malformed_npy_headers_are_refused) {
     BOOST_TEST(contains(npy_error(npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape':}", 0)),
                         "shape is not a tuple"));
     BOOST_TEST(contains(npy_error(npy_bytes("", 0)), "bad header"));
-    BOOST_TEST(contains(npy_error(npy_bytes("{'descr': '<i4', 'fortran_order': False, 'shape': (2,), }", 8)),
-                        "dtype '<i4' is not supported"));
-    BOOST_TEST(contains(npy_error(npy_bytes("{'descr': '<f4', 'fortran_order': True, 'shape': (2,), }", 8)),
-                        "Fortran-order"));
+    BOOST_TEST(contains(npy_error(npy_bytes("{'descr': '<c8', 'fortran_order': False, 'shape': (2,), }", 16)),
+                        "dtype '<c8' is not supported"));
+    BOOST_TEST(contains(npy_error(npy_bytes("{'descr': '<U3', 'fortran_order': False, 'shape': (2,), }", 24)),
+                        "dtype '<U3' is not supported"));
     BOOST_TEST(contains(npy_error(std::string("\x93NUMPY\x01\x00\x00\x00", 10)), "bad header length"));
     BOOST_TEST(contains(npy_error("\x93NUM"), "bad magic"));
     BOOST_TEST(contains(npy_error(""), "bad magic"));

@@ -9,6 +9,7 @@
 #include "engine/executor.hpp"
 #include "engine/graph_file.hpp"
 #include "engine/npy.hpp"
+#include "onnx/import.hpp"
 #include "support/helpers.hpp"
 
 using namespace attngraph;
@@ -37,8 +38,12 @@ BOOST_AUTO_TEST_CASE(every_regression_input_gives_its_typed_error) {
             }
             std::string message;
             try {
-                if (input.extension() == ".npy") load_npy(input);
-                else load_graph(input);
+                if (input.extension() == ".npy")
+                    load_npy(input);
+                else if (input.extension() == ".onnx")
+                    parse_graph(import_onnx(input).graph.dump(), dir, input.string());
+                else
+                    load_graph(input);
             } catch (const Error& e) {
                 message = e.what();
             }

@@ -5,14 +5,15 @@
 #include "engine/builder.hpp"
 #include "engine/error.hpp"
 #include "ops/ops.hpp"
-#include "support/op_check.hpp"
+#include "support/op_test.hpp"
 
 using namespace attngraph;
 using namespace attngraph::test;
 
 namespace {
-std::any no_attrs() {
-    return OpRegistry::instance().get("Add").parse_attrs(nullptr, "test");
+nlohmann::json no_attrs() {
+    op_attrs("Add", nullptr);  // parses
+    return nullptr;
 }
 }  // namespace
 
@@ -28,7 +29,7 @@ BOOST_AUTO_TEST_CASE(bad_shape_names_node_and_shapes) {
     GraphBuilder g("t");
     Value a = g.input("a", zeros(DType::f32, {2, 3})), b = g.input("b", zeros(DType::f32, {4}));
     try {
-        add(a, b).as("sum");
+        add(a, b).named("sum");
         BOOST_FAIL("no error");
     } catch (const ShapeError& e) {
         const std::string msg = e.what();
@@ -39,30 +40,25 @@ BOOST_AUTO_TEST_CASE(bad_shape_names_node_and_shapes) {
 }
 
 BOOST_AUTO_TEST_CASE(forward_hand_computed) {
-    const auto y = forward("Add", no_attrs(), {array_of({2, 3}, {1, 2, 3, 4, 5, 6}), array_of({3}, {10, 20, 30})});
+    const auto y =
+        forward_all<double>("Add", no_attrs(), {array_of({2, 3}, {1, 2, 3, 4, 5, 6}), array_of({3}, {10, 20, 30})});
     BOOST_TEST(max_diff(y[0], array_of({2, 3}, {11, 22, 33, 14, 25, 36})) == 0.0);
     // (2,1) + (1,3): an outer sum
-    const auto z = forward("Add", no_attrs(), {array_of({2, 1}, {1, 2}), array_of({1, 3}, {10, 20, 30})});
+    const auto z = forward_all<double>("Add", no_attrs(), {array_of({2, 1}, {1, 2}), array_of({1, 3}, {10, 20, 30})});
     BOOST_TEST(max_diff(z[0], array_of({2, 3}, {11, 21, 31, 12, 22, 32})) == 0.0);
     // a bias (h, n, m) over a batch (B, h, n, m)
-    const auto w = forward("Add", no_attrs(), {array_of({2, 1, 1, 2}, {1, 2, 3, 4}), array_of({1, 1, 2}, {-1, -2})});
+    const auto w =
+        forward_all<double>("Add", no_attrs(), {array_of({2, 1, 1, 2}, {1, 2, 3, 4}), array_of({1, 1, 2}, {-1, -2})});
     BOOST_TEST(max_diff(w[0], array_of({2, 1, 1, 2}, {0, 0, 2, 2})) == 0.0);
 }
 
 BOOST_AUTO_TEST_CASE(backward_sums_over_broadcast_axes) {
     // dy of ones: db for a (2,3) + (3) is the column count 2 per entry
-    const OpDef& def = OpRegistry::instance().get("Add");
-    Array<double> a = random_array({2, 3}, 1), b = random_array({3}, 2);
-    Array<double> y = Array<double>::from_shape({2, 3}), dy = Array<double>::from_shape({2, 3});
-    dy.fill(1.0);
-    Array<double> da = Array<double>::from_shape({2, 3}), db = Array<double>::from_shape({3});
-    da.fill(0.0);
-    db.fill(0.0);
-    std::vector<const Array<double>*> in{&a, &b}, out{&y}, dout{&dy};
-    std::vector<Array<double>*> din{&da, &db};
-    def.backward_f64(no_attrs(), In<double>(in), In<double>(out), In<double>(dout), Out<double>(din));
-    BOOST_TEST(max_diff(db, array_of({3}, {2, 2, 2})) == 0.0);
-    BOOST_TEST(max_diff(da, array_of({2, 3}, {1, 1, 1, 1, 1, 1})) == 0.0);
+    const Array<double> a = random_array({2, 3}, 1), b = random_array({3}, 2),
+                        dy = array_of({2, 3}, {1, 1, 1, 1, 1, 1});
+    const auto d = backward_direct<double>("Add", no_attrs(), {a, b}, {&dy}, {true, true});
+    BOOST_TEST(max_diff(d[1], array_of({3}, {2, 2, 2})) == 0.0);
+    BOOST_TEST(max_diff(d[0], array_of({2, 3}, {1, 1, 1, 1, 1, 1})) == 0.0);
 }
 
 BOOST_AUTO_TEST_CASE(backward_matches_finite_differences) {

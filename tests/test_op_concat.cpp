@@ -4,8 +4,9 @@
 #include <boost/test/unit_test.hpp>
 
 #include "engine/error.hpp"
+#include "engine/builder.hpp"
 #include "ops/ops.hpp"
-#include "support/op_helpers.hpp"
+#include "support/op_test.hpp"
 
 using namespace attngraph;
 using namespace attngraph::test;

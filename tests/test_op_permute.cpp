@@ -2,14 +2,16 @@
 #include <boost/test/unit_test.hpp>
 
 #include "engine/error.hpp"
-#include "support/op_check.hpp"
+#include "support/op_test.hpp"
 
 using namespace attngraph;
 using namespace attngraph::test;
 
 namespace {
-std::any attrs(std::vector<int> perm) {
-    return OpRegistry::instance().get("Permute").parse_attrs({{"perm", perm}}, "test");
+nlohmann::json attrs(std::vector<int> perm) {
+    const nlohmann::json j = {{"perm", perm}};
+    op_attrs("Permute", j);  // throws GraphError for attributes that do not parse
+    return j;
 }
 }  // namespace
 
@@ -24,7 +26,7 @@ BOOST_AUTO_TEST_CASE(shape_rule) {
 
 BOOST_AUTO_TEST_CASE(forward_moves_axes) {
     const Array<double> x = random_array({2, 3, 4}, 1);
-    const auto y = forward("Permute", attrs({2, 0, 1}), {x})[0];
+    const auto y = forward_all<double>("Permute", attrs({2, 0, 1}), {x})[0];
     BOOST_TEST((Shape(y.shape().begin(), y.shape().end()) == Shape{4, 2, 3}));
     double worst = 0;
     for (std::size_t i = 0; i < 2; ++i)
@@ -33,7 +35,8 @@ BOOST_AUTO_TEST_CASE(forward_moves_axes) {
     BOOST_TEST(worst == 0.0);
     // heads into a batch axis: (B, n, h, d) -> (B, h, n, d)
     const Array<double> q = array_of({1, 2, 2, 1}, {1, 2, 3, 4});  // token 0: heads 1,2; token 1: heads 3,4
-    BOOST_TEST(max_diff(forward("Permute", attrs({0, 2, 1, 3}), {q})[0], array_of({1, 2, 2, 1}, {1, 3, 2, 4})) == 0.0);
+    BOOST_TEST(max_diff(forward_all<double>("Permute", attrs({0, 2, 1, 3}), {q})[0],
+                        array_of({1, 2, 2, 1}, {1, 3, 2, 4})) == 0.0);
 }
 
 BOOST_AUTO_TEST_CASE(backward_matches_finite_differences) {

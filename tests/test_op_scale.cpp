@@ -7,8 +7,9 @@
 #include <boost/test/unit_test.hpp>
 
 #include "engine/error.hpp"
+#include "engine/builder.hpp"
 #include "ops/ops.hpp"
-#include "support/op_helpers.hpp"
+#include "support/op_test.hpp"
 
 using namespace attngraph;
 using namespace attngraph::test;
@@ -45,7 +46,7 @@ BOOST_AUTO_TEST_CASE(shape_rule) {
     BOOST_CHECK_THROW(scale(x, std::numeric_limits<double>::infinity()), GraphError);
     BOOST_CHECK_THROW(scale(x, std::nan("")), GraphError);
     BOOST_CHECK_THROW(g.node("Scale", {x, x}, op_attrs("Scale", f)), GraphError);
-    BOOST_CHECK_THROW(g.node("Scale", {x}, std::any(0.5)), GraphError);  // attributes of another type
+    BOOST_CHECK_THROW(g.node("Scale", {x}, ops::SoftmaxAttrs{}), GraphError);  // attributes of another type
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(forward_by_hand, T, Types) {

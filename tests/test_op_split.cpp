@@ -5,14 +5,15 @@
 #include "engine/error.hpp"
 #include "engine/executor.hpp"
 #include "engine/graph_file.hpp"
-#include "support/op_check.hpp"
+#include "support/op_test.hpp"
 
 using namespace attngraph;
 using namespace attngraph::test;
 
 namespace {
-std::any attrs(const nlohmann::json& j) {
-    return OpRegistry::instance().get("Split").parse_attrs(j, "test");
+nlohmann::json attrs(const nlohmann::json& j) {
+    op_attrs("Split", j);  // throws GraphError for attributes that do not parse
+    return j;
 }
 }  // namespace
 
@@ -32,10 +33,10 @@ BOOST_AUTO_TEST_CASE(shape_rule) {
 
 BOOST_AUTO_TEST_CASE(forward_hand_computed) {
     const Array<double> x = array_of({2, 5}, {0, 1, 2, 3, 4, 10, 11, 12, 13, 14});
-    const auto y = forward("Split", attrs({{"sizes", {2, 3}}}), {x});
+    const auto y = forward_all<double>("Split", attrs({{"sizes", {2, 3}}}), {x});
     BOOST_TEST(max_diff(y[0], array_of({2, 2}, {0, 1, 10, 11})) == 0.0);
     BOOST_TEST(max_diff(y[1], array_of({2, 3}, {2, 3, 4, 12, 13, 14})) == 0.0);
-    const auto z = forward("Split", attrs({{"axis", 0}, {"parts", 2}}), {x});
+    const auto z = forward_all<double>("Split", attrs({{"axis", 0}, {"parts", 2}}), {x});
     BOOST_TEST(max_diff(z[1], array_of({1, 5}, {10, 11, 12, 13, 14})) == 0.0);
 }
 
@@ -45,14 +46,8 @@ BOOST_AUTO_TEST_CASE(backward_matches_finite_differences) {
 }
 
 BOOST_AUTO_TEST_CASE(backward_skips_outputs_without_gradient) {
-    const OpDef& def = OpRegistry::instance().get("Split");
-    const std::any a = attrs({{"parts", 2}});
-    Array<double> x = random_array({1, 4}, 3), y0 = Array<double>::from_shape({1, 2}), y1 = y0,
-                  dy1 = array_of({1, 2}, {5, 7});
-    Array<double> dx = array_of({1, 4}, {0, 0, 0, 0});
-    std::vector<const Array<double>*> in{&x}, out{&y0, &y1}, dout{nullptr, &dy1};
-    std::vector<Array<double>*> din{&dx};
-    def.backward_f64(a, In<double>(in), In<double>(out), In<double>(dout), Out<double>(din));
+    const Array<double> x = random_array({1, 4}, 3), dy1 = array_of({1, 2}, {5, 7});
+    const auto dx = backward_direct<double>("Split", attrs({{"parts", 2}}), {x}, {nullptr, &dy1}, {true})[0];
     BOOST_TEST(max_diff(dx, array_of({1, 4}, {0, 0, 5, 7})) == 0.0);
 }
 

@@ -91,7 +91,7 @@ BOOST_AUTO_TEST_CASE(transposed_operand_and_scaled_softmax_match_plain) {
     GraphBuilder b("scores");
     Value q = b.input("Q", graphs::random_tensor({2, 37, 24}, DType::f32, 3));
     Value k = b.input("K", graphs::random_tensor({2, 29, 24}, DType::f32, 4));
-    Value a = softmax(scale(matmul(q, transpose(k)).as("S_raw"), 0.3).as("S")).as("A");
+    Value a = softmax(scale(matmul(q, transpose(k)).named("S_raw"), 0.3).named("S")).named("A");
     b.output(a);
     const Graph g = b.build();
     const Plan p = make_plan(g, kept(g, {}));
@@ -125,7 +125,7 @@ BOOST_AUTO_TEST_CASE(attention_rewrite_checks_perm_and_axis) {
         Value k = b.input("K", graphs::random_tensor({6, 6, 6}, DType::f32, 6));
         Value v = b.input("V", graphs::random_tensor({6, 6, 6}, DType::f32, 7));
         Value kt = c.perm ? transpose(k, *c.perm) : transpose(k);
-        b.output(matmul(softmax(scale(matmul(q, kt), 0.5), c.axis), v).as("O"));
+        b.output(matmul(softmax(scale(matmul(q, kt), 0.5), c.axis), v).named("O"));
         const Graph g = b.build();
         std::string perm = "none";
         if (c.perm) perm = std::to_string((*c.perm)[0]) + std::to_string((*c.perm)[1]) + std::to_string((*c.perm)[2]);
@@ -152,7 +152,7 @@ BOOST_AUTO_TEST_CASE(attention_with_shared_keys_and_values) {
         Value q = b.input("Q", graphs::random_tensor(c.q, DType::f32, 8));
         Value k = b.input("K", graphs::random_tensor(c.kv, DType::f32, 9));
         Value v = b.input("V", graphs::random_tensor(c.kv, DType::f32, 10));
-        b.output(matmul(softmax(scale(matmul(q, transpose(k)), 0.35)), v).as("O"));
+        b.output(matmul(softmax(scale(matmul(q, transpose(k)), 0.35)), v).named("O"));
         const Graph g = b.build();
         BOOST_TEST_CONTEXT("Q (" << shape_str(c.q) << "), K, V (" << shape_str(c.kv) << ")") {
             BOOST_TEST((count_steps(make_plan(g, kept(g, {})), StepKind::attention) == 1u) == c.fused);

@@ -1,7 +1,7 @@
 // The HTML report driven in headless Chromium: the page selects and clicks nodes from its
 // URL hash, and the DOM it ends with must show the node's name, shape, token labels,
 // values, stats, gradient and the heads' attention rows — checked against the seed
-// document's numbers. Skipped (with a message) only when no chromium is installed.
+// document's numbers. Fails when no chromium is installed (scripts/install-deps.sh installs it).
 #include <boost/test/unit_test.hpp>
 
 #include <regex>
@@ -25,14 +25,9 @@ std::string chromium() {
     return {};
 }
 
-boost::test_tools::assertion_result chromium_installed(boost::unit_test::test_unit_id) {
-    boost::test_tools::assertion_result r(!chromium().empty());
-    r.message() << "SKIPPED: no chromium installed (Debian package 'chromium'; .ci/run installs it)";
-    return r;
-}
-
 // The DOM after the page has loaded with `hash`.
 std::string dump_dom(const fs::path& html, const std::string& hash) {
+    BOOST_TEST_REQUIRE(!chromium().empty(), "no chromium installed (scripts/install-deps.sh installs it)");
     test::TempDir profile;
     const fs::path out = profile.path / "dom.html", err = profile.path / "err.txt";
     const std::string cmd = "timeout 120 " + chromium() +
@@ -134,8 +129,7 @@ BOOST_AUTO_TEST_CASE(report_is_one_self_contained_file) {
     BOOST_TEST(!fs::exists(tmp.path / "r.html"));
 }
 
-BOOST_AUTO_TEST_CASE(selecting_an_attention_map_shows_name_shape_tokens_values_and_heads,
-                     *boost::unit_test::precondition(chromium_installed)) {
+BOOST_AUTO_TEST_CASE(selecting_an_attention_map_shows_name_shape_tokens_values_and_heads) {
     test::TempDir tmp;
     const fs::path page = seed_report(tmp.path);
     const std::string dom = dump_dom(page, "select=head1.A&query=2&hover=2,1");
@@ -180,7 +174,7 @@ BOOST_AUTO_TEST_CASE(selecting_an_attention_map_shows_name_shape_tokens_values_a
         BOOST_TEST(std::abs(h.values[j] - test::seed_values()["head2.A"][0][j].get<double>()) <= 1e-6);
 }
 
-BOOST_AUTO_TEST_CASE(clicking_a_node_shows_it, *boost::unit_test::precondition(chromium_installed)) {
+BOOST_AUTO_TEST_CASE(clicking_a_node_shows_it) {
     test::TempDir tmp;
     const fs::path page = seed_report(tmp.path);
     // the page starts on head1.A, then clicks head1.Q in the graph
@@ -196,7 +190,7 @@ BOOST_AUTO_TEST_CASE(clicking_a_node_shows_it, *boost::unit_test::precondition(c
     BOOST_TEST(std::regex_search(dom, std::regex("<g class=\"node op selected\" data-name=\"head1.Q\"")));
 }
 
-BOOST_AUTO_TEST_CASE(gradients_listed_in_the_manifest_are_shown, *boost::unit_test::precondition(chromium_installed)) {
+BOOST_AUTO_TEST_CASE(gradients_listed_in_the_manifest_are_shown) {
     test::TempDir tmp;
     const auto run = test::run_cli("run '" + test::seed_graph().string() + "' --trace trace", tmp.path);
     BOOST_REQUIRE(run.code == 0);
@@ -229,7 +223,7 @@ BOOST_AUTO_TEST_CASE(gradients_listed_in_the_manifest_are_shown, *boost::unit_te
     BOOST_TEST(element(dom2, "sel-grad").find("<td>-2.000000</td><td>1.500000</td>") != std::string::npos);
 }
 
-BOOST_AUTO_TEST_CASE(long_sequences_are_embedded_downsampled, *boost::unit_test::precondition(chromium_installed)) {
+BOOST_AUTO_TEST_CASE(long_sequences_are_embedded_downsampled) {
     test::TempDir tmp;
     graphs::MhaConfig c;
     c.seq = 600;

@@ -1,0 +1,394 @@
+#include "onnx/export.hpp"
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <optional>
+#include <set>
+
+#include <onnx/onnx_pb.h>
+
+#include "engine/error.hpp"
+#include "engine/graph.hpp"
+#include "ops/ops.hpp"
+
+namespace attngraph {
+
+namespace fs = std::filesystem;
+using TP = onnx::TensorProto;
+
+namespace {
+
+class Exporter {
+public:
+    explicit Exporter(const Graph& graph) : m_graph(graph) {
+        m_float = graph.dtype() == DType::f32 ? TP::FLOAT : TP::DOUBLE;
+    }
+
+    onnx::ModelProto run() {
+        onnx::ModelProto model;
+        model.set_ir_version(11);
+        model.set_producer_name("attngraph");
+        model.add_opset_import()->set_version(23);
+        m_g = model.mutable_graph();
+        m_g->set_name(m_graph.name());
+        for (const auto& v : m_graph.values()) {
+            if (!v.data) continue;
+            if (v.kind == ValueKind::input) {
+                add_value_info(m_g->add_input(), v.name, v.shape);
+            } else {
+                auto* t = m_g->add_initializer();
+                fill_tensor(*t, v.name, *v.data);
+            }
+        }
+        for (const Node& n : m_graph.nodes()) export_node(n);
+        for (int id : m_graph.outputs())
+            add_value_info(m_g->add_output(), m_graph.value(id).name, m_graph.value(id).shape);
+        return model;
+    }
+
+private:
+    void add_value_info(onnx::ValueInfoProto* vi, const std::string& name, const Shape& shape) {
+        vi->set_name(name);
+        auto* tt = vi->mutable_type()->mutable_tensor_type();
+        tt->set_elem_type(m_float);
+        auto* s = tt->mutable_shape();
+        for (auto d : shape) s->add_dim()->set_dim_value(static_cast<std::int64_t>(d));
+    }
+
+    void fill_tensor(TP& t, const std::string& name, const Tensor& data) {
+        t.set_name(name);
+        t.set_data_type(m_float);
+        for (auto d : data.shape()) t.add_dims(static_cast<std::int64_t>(d));
+        data.visit([&](const auto& a) {
+            using T = typename std::decay_t<decltype(a)>::value_type;
+            t.set_raw_data(std::string(reinterpret_cast<const char*>(a.data()), a.size() * sizeof(T)));
+        });
+    }
+
+    // A constant initializer of int64 values.
+    std::string ints(const std::string& hint, const std::vector<std::int64_t>& values, bool scalar = false) {
+        const std::string name = fresh(hint);
+        auto* t = m_g->add_initializer();
+        t->set_name(name);
+        t->set_data_type(TP::INT64);
+        if (!scalar) t->add_dims(static_cast<std::int64_t>(values.size()));
+        for (auto v : values) t->add_int64_data(v);
+        return name;
+    }
+    // A constant scalar of the graph's float type.
+    std::string scalar(const std::string& hint, double v) {
+        const std::string name = fresh(hint);
+        auto* t = m_g->add_initializer();
+        t->set_name(name);
+        t->set_data_type(m_float);
+        if (m_float == TP::FLOAT)
+            t->add_float_data(static_cast<float>(v));
+        else
+            t->add_double_data(v);
+        return name;
+    }
+    std::string bools(const std::string& hint, const Shape& shape, const std::vector<bool>& values) {
+        const std::string name = fresh(hint);
+        auto* t = m_g->add_initializer();
+        t->set_name(name);
+        t->set_data_type(TP::BOOL);
+        for (auto d : shape) t->add_dims(static_cast<std::int64_t>(d));
+        std::string raw(values.size(), '\0');
+        for (std::size_t i = 0; i < values.size(); ++i) raw[i] = values[i] ? 1 : 0;
+        t->set_raw_data(raw);
+        return name;
+    }
+
+    std::string fresh(const std::string& hint) {
+        std::string n = hint;
+        for (int k = 1; m_graph.find(n) >= 0 || m_names.count(n); ++k) n = hint + "_" + std::to_string(k);
+        m_names.insert(n);
+        return n;
+    }
+
+    onnx::NodeProto* node(const std::string& op, const std::vector<std::string>& in,
+                          const std::vector<std::string>& out) {
+        auto* n = m_g->add_node();
+        n->set_op_type(op);
+        n->set_name(out.at(0));
+        for (const auto& i : in) n->add_input(i);
+        for (const auto& o : out) n->add_output(o);
+        return n;
+    }
+    static void attr(onnx::NodeProto* n, const std::string& name, std::int64_t v) {
+        auto* a = n->add_attribute();
+        a->set_name(name);
+        a->set_type(onnx::AttributeProto::INT);
+        a->set_i(v);
+    }
+    static void attr(onnx::NodeProto* n, const std::string& name, const std::vector<std::int64_t>& v) {
+        auto* a = n->add_attribute();
+        a->set_name(name);
+        a->set_type(onnx::AttributeProto::INTS);
+        for (auto x : v) a->add_ints(x);
+    }
+
+    static void attr_float(onnx::NodeProto* n, const std::string& name, double v) {
+        auto* a = n->add_attribute();
+        a->set_name(name);
+        a->set_type(onnx::AttributeProto::FLOAT);
+        a->set_f(static_cast<float>(v));
+    }
+
+    const Shape& shape_of(const std::string& name) const { return m_graph.value(m_graph.at(name)).shape; }
+
+    // The node as ONNX nodes, by its op type and typed attributes.
+    void export_node(const Node& n) {
+        const std::string& name = n.name;
+        std::vector<std::string> in;
+        for (int id : n.inputs) in.push_back(m_graph.value(id).name);
+        const std::string where = m_graph.name() + ": node '" + name + "' (" + n.op->name + ")";
+        if (n.is<ops::Linear>()) {
+            if (in.size() == 2) {
+                node("MatMul", {in[0], in[1]}, {name});
+            } else {
+                const std::string xw = fresh(name + ".xW");
+                node("MatMul", {in[0], in[1]}, {xw});
+                node("Add", {xw, in[2]}, {name});
+            }
+        } else if (n.is<ops::MatMul>()) {
+            node("MatMul", in, {name});
+        } else if (n.is<ops::Add>()) {
+            node("Add", in, {name});
+        } else if (n.is<ops::Transpose>() || n.is<ops::Permute>()) {
+            const std::size_t r = shape_of(in[0]).size();
+            std::optional<std::vector<int>> given;
+            if (const auto* a = n.attrs_if<ops::Transpose>()) given = a->perm;
+            if (const auto* a = n.attrs_if<ops::Permute>()) given = a->perm.value;
+            std::vector<std::int64_t> perm;
+            if (given) {
+                for (const int v : *given) perm.push_back(v < 0 ? v + static_cast<std::int64_t>(r) : v);
+            } else {
+                for (std::size_t i = 0; i < r; ++i) perm.push_back(static_cast<std::int64_t>(i));
+                std::swap(perm[r - 1], perm[r - 2]);
+            }
+            attr(node("Transpose", in, {name}), "perm", perm);
+        } else if (const auto* scale = n.attrs_if<ops::Scale>()) {
+            node("Mul", {in[0], scalar(name + ".factor", scale->factor)}, {name});
+        } else if (const auto* softmax = n.attrs_if<ops::Softmax>()) {
+            // attngraph's softmax gives zeros for a row that is all -inf; ONNX's gives NaN:
+            // y = Where(ReduceMax(x) == -inf, 0, Softmax(x)) over the same axis
+            const std::int64_t axis = softmax->axis;
+            const std::string sm = fresh(name + ".softmax"), mx = fresh(name + ".rowmax"),
+                              masked = fresh(name + ".masked");
+            attr(node("Softmax", {in[0]}, {sm}), "axis", axis);
+            attr(node("ReduceMax", {in[0], ints(name + ".axis", {axis})}, {mx}), "keepdims", 1);
+            node("Equal", {mx, scalar(name + ".neginf", -INFINITY)}, {masked});
+            node("Where", {masked, scalar(name + ".zero", 0.0), sm}, {name});
+        } else if (const auto* concat = n.attrs_if<ops::Concat>()) {
+            attr(node("Concat", in, {name}), "axis", concat->axis);
+        } else if (n.is<ops::Reshape>()) {
+            // shapes are static: the output's own shape (kept leading/trailing axes resolved)
+            const Shape& y = shape_of(name);
+            node("Reshape", {in[0], ints(name + ".shape", std::vector<std::int64_t>(y.begin(), y.end()))}, {name});
+        } else if (const auto* alibi = n.attrs_if<ops::Alibi>()) {
+            // y = x - slopes[h]·|i + offset - j|: the distances a constant (n, m), slopes (h, 1, 1)
+            const Shape& x = shape_of(in[0]);
+            const std::size_t h = x[x.size() - 3], nq = x[x.size() - 2], m = x.back();
+            const long offset = alibi->offset;
+            const std::string dist = fresh(name + ".distance");
+            auto* t = m_g->add_initializer();
+            t->set_name(dist);
+            t->set_data_type(m_float);
+            t->add_dims(static_cast<std::int64_t>(nq));
+            t->add_dims(static_cast<std::int64_t>(m));
+            for (std::size_t i = 0; i < nq; ++i)
+                for (std::size_t j = 0; j < m; ++j) {
+                    const double d =
+                        std::fabs(static_cast<double>(static_cast<long>(i) + offset - static_cast<long>(j)));
+                    if (m_float == TP::FLOAT)
+                        t->add_float_data(static_cast<float>(d));
+                    else
+                        t->add_double_data(d);
+                }
+            const std::string sl = fresh(name + ".slopes"), bias = fresh(name + ".bias");
+            node("Reshape", {in[1], ints(name + ".slope_shape", {static_cast<std::int64_t>(h), 1, 1})}, {sl});
+            node("Mul", {sl, dist}, {bias});
+            node("Sub", {in[0], bias}, {name});
+        } else if (const auto* slice = n.attrs_if<ops::Slice>()) {
+            const std::int64_t start = slice->start, end = slice->end;
+            node("Slice",
+                 {in[0], ints(name + ".start", {start}), ints(name + ".end", {end == 0 ? INT64_MAX : end}),
+                  ints(name + ".axes", {slice->axis})},
+                 {name});
+        } else if (const auto* split = n.attrs_if<ops::Split>()) {
+            const Shape& x = shape_of(in[0]);
+            const std::int64_t axis = split->axis;
+            const auto len = static_cast<std::int64_t>(
+                x[static_cast<std::size_t>(axis < 0 ? axis + static_cast<std::int64_t>(x.size()) : axis)]);
+            std::vector<std::int64_t> sizes;
+            if (split->sizes)
+                sizes.assign(split->sizes->begin(), split->sizes->end());
+            else
+                for (std::int64_t k = 0, p = split->parts.value_or(0); k < p; ++k) sizes.push_back(len / p);
+            std::vector<std::string> outs;
+            for (std::size_t k = 0; k < sizes.size(); ++k) outs.push_back(name + ":" + std::to_string(k));
+            attr(node("Split", {in[0], ints(name + ".sizes", sizes)}, outs), "axis", axis);
+        } else if (n.is<ops::Sub>() || n.is<ops::Mul>() || n.is<ops::Div>() || n.is<ops::Neg>() || n.is<ops::Exp>() ||
+                   n.is<ops::Log>() || n.is<ops::Tanh>() || n.is<ops::Sqrt>() || n.is<ops::Sin>() || n.is<ops::Cos>()) {
+            node(n.op->name, in, {name});  // the ONNX op of the same name
+        } else if (const auto* pow = n.attrs_if<ops::Pow>()) {
+            node("Pow", {in[0], scalar(name + ".exponent", pow->exponent)}, {name});
+        } else if (n.is<ops::Where>()) {
+            // the condition is a float tensor here (nonzero: true), bool in ONNX
+            const std::string cond = fresh(name + ".cond");
+            attr(node("Cast", {in[0]}, {cond}), "to", TP::BOOL);
+            node("Where", {cond, in[1], in[2]}, {name});
+        } else if (n.is<ops::Equal>() || n.is<ops::Less>() || n.is<ops::Greater>()) {
+            // ONNX gives bool, attngraph 0/1 in the graph's float type
+            const std::string b = fresh(name + ".bool");
+            node(n.op->name, in, {b});
+            attr(node("Cast", {b}, {name}), "to", m_float);
+        } else if (const auto* sum = n.attrs_if<ops::ReduceSum>()) {
+            export_reduce(n.op->name, name, in, *sum);
+        } else if (const auto* mean = n.attrs_if<ops::ReduceMean>()) {
+            export_reduce(n.op->name, name, in, *mean);
+        } else if (const auto* max = n.attrs_if<ops::ReduceMax>()) {
+            export_reduce(n.op->name, name, in, *max);
+        } else if (const auto* expand = n.attrs_if<ops::Expand>()) {
+            const std::vector<int>& shape = expand->shape;
+            node("Expand", {in[0], ints(name + ".shape", std::vector<std::int64_t>(shape.begin(), shape.end()))},
+                 {name});
+        } else if (const auto* gather = n.attrs_if<ops::Gather>()) {
+            // indices are whole numbers in the graph's float type, int64 in ONNX
+            const std::string idx = fresh(name + ".indices");
+            attr(node("Cast", {in[1]}, {idx}), "to", TP::INT64);
+            attr(node("Gather", {in[0], idx}, {name}), "axis", gather->axis);
+        } else if (const auto* range = n.attrs_if<ops::Range>()) {
+            node("Range",
+                 {scalar(name + ".start", range->start), scalar(name + ".limit", range->limit),
+                  scalar(name + ".delta", range->delta)},
+                 {name});
+        } else if (const auto* rms = n.attrs_if<ops::RMSNormalization>()) {
+            auto* r = node("RMSNormalization", in, {name});
+            attr(r, "axis", rms->axis);
+            attr_float(r, "epsilon", rms->epsilon);
+        } else if (const auto* ln = n.attrs_if<ops::LayerNormalization>()) {
+            std::vector<std::string> outs{name};
+            if (ln->stats != 0) outs = {name + ":0", name + ":1", name + ":2"};
+            auto* r = node("LayerNormalization", in, outs);
+            attr(r, "axis", ln->axis);
+            attr_float(r, "epsilon", ln->epsilon);
+        } else if (const auto* rope = n.attrs_if<ops::RotaryEmbedding>()) {
+            std::vector<std::string> args = in;
+            if (in.size() == 4) {  // position ids: int64 in ONNX
+                args[3] = fresh(name + ".position_ids");
+                attr(node("Cast", {in[3]}, {args[3]}), "to", TP::INT64);
+            }
+            auto* r = node("RotaryEmbedding", args, {name});
+            attr(r, "interleaved", rope->interleaved);
+            if (rope->rotary_embedding_dim != 0) attr(r, "rotary_embedding_dim", rope->rotary_embedding_dim);
+            if (rope->num_heads != 0) attr(r, "num_heads", rope->num_heads);
+        } else if (const auto* mask = n.attrs_if<ops::Mask>()) {
+            export_mask(name, in, *mask, where);
+        } else {
+            throw GraphError(where + ": op '" + n.op->name + "' has no ONNX export yet (docs/onnx.md)");
+        }
+    }
+
+    // ReduceSum / ReduceMean / ReduceMax: the ONNX op of the same name, axes as an input
+    template <class A>
+    void export_reduce(const std::string& op, const std::string& name, const std::vector<std::string>& in, const A& a) {
+        std::vector<std::string> args{in[0]};
+        if (a.axes && !a.axes->empty())
+            args.push_back(ints(name + ".axes", std::vector<std::int64_t>(a.axes->begin(), a.axes->end())));
+        auto* r = node(op, args, {name});
+        attr(r, "keepdims", a.keepdims);
+        attr(r, "noop_with_empty_axes", a.noop_with_empty_axes);
+    }
+
+    // Mask: y = Where(keep, x, -inf), keep = the pattern (a constant: shapes are static) and
+    // the keep tensor's nonzero entries
+    void export_mask(const std::string& name, const std::vector<std::string>& in, const ops::MaskAttrs& a,
+                     const std::string& where) {
+        const Shape& x = shape_of(in[0]);
+        std::string keep;
+        if (a.pattern) {
+            const std::string p = *a.pattern;
+            const std::size_t r = x.size(), n = x[r - 2], m = x[r - 1];
+            // the pattern depends on (i, j) and, for padding, the batch index: shape (B or 1, 1.., n, m)
+            Shape s(r, 1);
+            s[r - 2] = n;
+            s[r - 1] = m;
+            if (p == "padding") s[0] = x[0];
+            std::vector<bool> v(element_count(s));
+            const std::vector<int> lengths = a.lengths.value_or(std::vector<int>{});
+            const long w = a.window.value_or(0);
+            const bool causal = a.causal.value_or(false);
+            // p = i + offset: the keys before the first query (offset_from_end: m - n)
+            const long offset =
+                a.offset_from_end.value_or(false) ? static_cast<long>(m) - static_cast<long>(n) : a.offset.value_or(0);
+            for (std::size_t k = 0; k < v.size(); ++k) {
+                const long j = static_cast<long>(k % m), i = static_cast<long>((k / m) % n) + offset;
+                const std::size_t b = k / (n * m);
+                bool kept = true;
+                if (p == "causal")
+                    kept = j <= i;
+                else if (p == "window")
+                    kept = causal ? (i - j >= 0 && i - j < w) : std::labs(i - j) < w;
+                else if (p == "padding")
+                    kept = j < lengths.at(b);
+                else
+                    throw GraphError(where + ": pattern '" + p + "' has no ONNX export");
+                v[k] = kept;
+            }
+            keep = bools(name + ".pattern", s, v);
+        }
+        std::string base = in[0];
+        if (in.size() == 2 && a.mask_type.value_or("boolean") == "additive") {
+            // an additive mask: y = x + mask where the pattern keeps (-inf in the mask drops)
+            base = fresh(name + ".biased");
+            node("Add", {in[0], in[1]}, {base});
+        } else if (in.size() == 2) {
+            const std::string nz = fresh(name + ".keep");
+            attr(node("Cast", {in[1]}, {nz}), "to", TP::BOOL);
+            if (keep.empty()) {
+                keep = nz;
+            } else {
+                const std::string both = fresh(name + ".kept");
+                node("And", {keep, nz}, {both});
+                keep = both;
+            }
+        }
+        if (keep.empty())
+            node("Identity", {base}, {name});
+        else
+            node("Where", {keep, base, scalar(name + ".neginf", -INFINITY)}, {name});
+    }
+
+    const Graph& m_graph;
+    int m_float = TP::FLOAT;
+    onnx::GraphProto* m_g = nullptr;
+    std::set<std::string> m_names;
+};
+
+}  // namespace
+
+void export_onnx(const Graph& graph, const fs::path& path) {
+    const onnx::ModelProto model = Exporter(graph).run();
+    std::string bytes;
+    if (!model.SerializeToString(&bytes)) throw IoError(path.string() + ": the model does not serialize (over 2 GB?)");
+    const fs::path tmp = path.string() + ".tmp";
+    {
+        std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+        if (!out) throw IoError(path.string() + ": cannot create");
+        out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+        out.close();
+        if (!out) {
+            std::error_code ec;
+            fs::remove(tmp, ec);
+            throw IoError(path.string() + ": write failed");
+        }
+    }
+    std::error_code ec;
+    fs::rename(tmp, path, ec);
+    if (ec) throw IoError(path.string() + ": cannot rename into place: " + ec.message());
+}
+
+}  // namespace attngraph

@@ -1,0 +1,1235 @@
+#include "onnx/import.hpp"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <numeric>
+#include <optional>
+#include <set>
+#include <sstream>
+
+#include <onnx/onnx_pb.h>
+
+#include "engine/error.hpp"
+#include "engine/graph.hpp"
+#include "engine/half.hpp"
+#include "onnx/attention.hpp"
+#include "onnx/fold.hpp"
+
+namespace attngraph {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using TP = onnx::TensorProto;
+
+bool is_onnx_path(const fs::path& path) {
+    return path.extension() == ".onnx";
+}
+
+std::string sanitize_onnx_name(const std::string& onnx_name) {
+    if (valid_name(onnx_name)) return onnx_name;
+    std::string s;
+    for (char c : onnx_name) {
+        const bool ok = std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-';
+        s += ok ? c : (c == '/' ? '.' : '_');
+    }
+    const auto first = s.find_first_not_of('.');
+    s = first == std::string::npos ? "" : s.substr(first);
+    if (s.empty() || s == "." || s == "..") s = "v" + s;
+    return s;
+}
+
+// ---- reading protobuf -------------------------------------------------------------------
+
+namespace {
+
+std::string read_file_bytes(const fs::path& p, const std::string& what) {
+    std::ifstream in(p, std::ios::binary);
+    if (!in) throw IoError(p.string() + ": cannot open " + what);
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
+
+onnx::ModelProto parse_model(const fs::path& path) {
+    const std::string bytes = read_file_bytes(path, "the model");
+    onnx::ModelProto model;
+    if (bytes.empty() || !model.ParseFromString(bytes))
+        throw IoError(path.string() + ": not an ONNX model (the protobuf does not parse; truncated or another format)");
+    if (!model.has_graph() || model.graph().output_size() == 0)
+        throw IoError(path.string() + ": not an ONNX model (no graph with outputs)");
+    return model;
+}
+
+std::string type_name(int t) {
+    switch (t) {
+        case TP::FLOAT:
+            return "float";
+        case TP::UINT8:
+            return "uint8";
+        case TP::INT8:
+            return "int8";
+        case TP::UINT16:
+            return "uint16";
+        case TP::INT16:
+            return "int16";
+        case TP::INT32:
+            return "int32";
+        case TP::INT64:
+            return "int64";
+        case TP::STRING:
+            return "string";
+        case TP::BOOL:
+            return "bool";
+        case TP::FLOAT16:
+            return "float16";
+        case TP::DOUBLE:
+            return "double";
+        case TP::UINT32:
+            return "uint32";
+        case TP::UINT64:
+            return "uint64";
+        case TP::COMPLEX64:
+            return "complex64";
+        case TP::COMPLEX128:
+            return "complex128";
+        case TP::BFLOAT16:
+            return "bfloat16";
+        case 17:
+            return "float8e4m3fn";
+        case 18:
+            return "float8e4m3fnuz";
+        case 19:
+            return "float8e5m2";
+        case 20:
+            return "float8e5m2fnuz";
+        case 21:
+            return "uint4";
+        case 22:
+            return "int4";
+        case 23:
+            return "float4e2m1";
+        default:
+            return "type " + std::to_string(t);
+    }
+}
+
+std::size_t type_bytes(int t) {
+    switch (t) {
+        case TP::UINT8:
+        case TP::INT8:
+        case TP::BOOL:
+            return 1;
+        case TP::UINT16:
+        case TP::INT16:
+        case TP::FLOAT16:
+        case TP::BFLOAT16:
+            return 2;
+        case TP::FLOAT:
+        case TP::INT32:
+        case TP::UINT32:
+            return 4;
+        case TP::INT64:
+        case TP::UINT64:
+        case TP::DOUBLE:
+            return 8;
+        default:
+            return 0;  // unsupported
+    }
+}
+
+// One element of little-endian raw data.
+double decode_raw(const unsigned char* p, int t) {
+    std::uint64_t bits = 0;
+    const std::size_t n = type_bytes(t);
+    for (std::size_t b = 0; b < n; ++b) bits |= std::uint64_t(p[b]) << (8 * b);
+    switch (t) {
+        case TP::FLOAT:
+            return std::bit_cast<float>(static_cast<std::uint32_t>(bits));
+        case TP::DOUBLE:
+            return std::bit_cast<double>(bits);
+        case TP::FLOAT16:
+            return half_to_float(static_cast<std::uint16_t>(bits));
+        case TP::BFLOAT16:
+            return bfloat16_to_float(static_cast<std::uint16_t>(bits));
+        case TP::BOOL:
+            return bits != 0 ? 1.0 : 0.0;
+        case TP::INT8:
+            return static_cast<std::int8_t>(bits);
+        case TP::INT16:
+            return static_cast<std::int16_t>(bits);
+        case TP::INT32:
+            return static_cast<std::int32_t>(bits);
+        case TP::INT64:
+            return static_cast<double>(static_cast<std::int64_t>(bits));
+        default:
+            return static_cast<double>(bits);  // unsigned
+    }
+}
+
+struct TensorReader {
+    fs::path model_dir;            // external data must stay inside it
+    std::string where;             // the model's path, for errors
+    std::size_t max_elements = 0;  // 0: no limit
+
+    OnnxTensor read(const TP& t, const std::string& what) const {
+        OnnxTensor out;
+        out.elem_type = t.data_type();
+        const std::size_t word = type_bytes(out.elem_type);
+        if (word == 0)
+            throw GraphError(where + ": " + what + " has data type " + type_name(out.elem_type) +
+                             ", which attngraph does not support (bool, integers, float16/32/64, bfloat16)");
+        std::size_t count = 1;
+        for (const auto d : t.dims()) {
+            if (d < 0) throw GraphError(where + ": " + what + " has a negative dimension " + std::to_string(d));
+            out.shape.push_back(d);
+            count = (d != 0 && count > SIZE_MAX / static_cast<std::size_t>(d)) ? SIZE_MAX
+                                                                               : count * static_cast<std::size_t>(d);
+        }
+        if (max_elements && count > max_elements)
+            throw ShapeError(where + ": " + what + " of shape (" + shape_text(out.shape) + ") has " +
+                             (count == SIZE_MAX ? "too many" : std::to_string(count)) +
+                             " elements, over the limit of " + std::to_string(max_elements) + " (--max-memory)");
+        if (t.data_location() == TP::EXTERNAL) {
+            const std::string raw = external_bytes(t, what, count, word);
+            decode_all(raw, out, count, word, what);
+        } else if (t.has_raw_data()) {
+            decode_all(t.raw_data(), out, count, word, what);
+        } else {
+            auto take = [&](const auto& field, auto convert) {
+                if (static_cast<std::size_t>(field.size()) != count)
+                    throw GraphError(where + ": " + what + " holds " + std::to_string(field.size()) +
+                                     " values for shape (" + shape_text(out.shape) + ")");
+                out.values.reserve(count);
+                for (const auto v : field) out.values.push_back(convert(v));
+            };
+            switch (out.elem_type) {
+                case TP::FLOAT:
+                    take(t.float_data(), [](float v) { return double(v); });
+                    break;
+                case TP::DOUBLE:
+                    take(t.double_data(), [](double v) { return v; });
+                    break;
+                case TP::INT64:
+                    take(t.int64_data(), [](std::int64_t v) { return double(v); });
+                    break;
+                case TP::UINT32:
+                case TP::UINT64:
+                    take(t.uint64_data(), [](std::uint64_t v) { return double(v); });
+                    break;
+                case TP::FLOAT16:
+                    take(t.int32_data(),
+                         [](std::int32_t v) { return half_to_float(static_cast<std::uint16_t>(v & 0xffff)); });
+                    break;
+                case TP::BFLOAT16:
+                    take(t.int32_data(),
+                         [](std::int32_t v) { return bfloat16_to_float(static_cast<std::uint16_t>(v & 0xffff)); });
+                    break;
+                case TP::BOOL:
+                    take(t.int32_data(), [](std::int32_t v) { return v != 0 ? 1.0 : 0.0; });
+                    break;
+                default:
+                    take(t.int32_data(), [](std::int32_t v) { return double(v); });
+                    break;
+            }
+        }
+        return out;
+    }
+
+    static std::string shape_text(const std::vector<std::int64_t>& s) {
+        Shape u;
+        for (auto d : s) u.push_back(static_cast<std::size_t>(d));
+        return shape_str(u);
+    }
+
+    void decode_all(const std::string& raw, OnnxTensor& out, std::size_t count, std::size_t word,
+                    const std::string& what) const {
+        if (count > raw.size() / word || raw.size() != count * word)
+            throw GraphError(where + ": " + what + " of shape (" + shape_text(out.shape) + ") " +
+                             type_name(out.elem_type) + " needs " +
+                             (count > SIZE_MAX / word ? "too many" : std::to_string(count * word)) +
+                             " bytes, its data holds " + std::to_string(raw.size()));
+        out.values.resize(count);
+        const auto* p = reinterpret_cast<const unsigned char*>(raw.data());
+        if (out.elem_type == TP::FLOAT) {
+            for (std::size_t i = 0; i < count; ++i) {
+                float f;
+                std::memcpy(&f, p + 4 * i, 4);
+                out.values[i] = f;
+            }
+            return;
+        }
+        for (std::size_t i = 0; i < count; ++i) out.values[i] = decode_raw(p + i * word, out.elem_type);
+    }
+
+    std::string external_bytes(const TP& t, const std::string& what, std::size_t count, std::size_t word) const {
+        std::string location;
+        long long offset = 0, length = -1;
+        for (const auto& kv : t.external_data()) {
+            try {
+                if (kv.key() == "location")
+                    location = kv.value();
+                else if (kv.key() == "offset")
+                    offset = std::stoll(kv.value());
+                else if (kv.key() == "length")
+                    length = std::stoll(kv.value());
+            } catch (const std::exception&) {
+                throw GraphError(where + ": " + what + ": external data " + kv.key() + " '" + kv.value() +
+                                 "' is not a number");
+            }
+        }
+        if (location.empty()) throw GraphError(where + ": " + what + ": external data without a location");
+        const fs::path rel(location);
+        std::error_code ec;
+        const fs::path base = fs::weakly_canonical(model_dir, ec);
+        const fs::path file = fs::weakly_canonical(model_dir / rel, ec);
+        const auto [b, f] = std::mismatch(base.begin(), base.end(), file.begin(), file.end());
+        if (rel.is_absolute() || b != base.end() || f == file.end())
+            throw IoError(where + ": " + what + ": external data file '" + location + "' leaves the model's folder " +
+                          model_dir.string());
+        std::ifstream in(file, std::ios::binary);
+        if (!in || !fs::is_regular_file(file, ec))
+            throw IoError(where + ": " + what + ": external data file '" + location + "' is missing (looked in " +
+                          model_dir.string() + ")");
+        in.seekg(0, std::ios::end);
+        const long long size = in.tellg();
+        const long long need = static_cast<long long>(count * word);
+        if (length < 0) length = need;
+        if (offset < 0 || length != need || offset > size || size - offset < length)
+            throw IoError(where + ": " + what + ": external data file '" + location + "' (" + std::to_string(size) +
+                          " bytes) does not hold " + std::to_string(need) + " bytes at offset " +
+                          std::to_string(offset));
+        std::string raw(static_cast<std::size_t>(length), '\0');
+        in.seekg(offset);
+        in.read(raw.data(), length);
+        if (!in) throw IoError(where + ": " + what + ": cannot read external data file '" + location + "'");
+        return raw;
+    }
+};
+
+}  // namespace
+
+OnnxTensor read_onnx_tensor(const fs::path& pb, std::string* name) {
+    const std::string bytes = read_file_bytes(pb, "the tensor");
+    TP t;
+    if (!t.ParseFromString(bytes)) throw IoError(pb.string() + ": not a serialized onnx.TensorProto");
+    if (name) *name = t.name();
+    TensorReader reader{pb.parent_path(), pb.string(), 0};
+    return reader.read(t, "tensor '" + t.name() + "'");
+}
+
+std::pair<std::vector<std::string>, std::vector<std::string>> onnx_io_names(const fs::path& path) {
+    const onnx::ModelProto model = parse_model(path);
+    std::set<std::string> inits;
+    for (const auto& t : model.graph().initializer()) inits.insert(t.name());
+    std::pair<std::vector<std::string>, std::vector<std::string>> io;
+    for (const auto& v : model.graph().input())
+        if (!inits.count(v.name())) io.first.push_back(v.name());
+    for (const auto& v : model.graph().output()) io.second.push_back(v.name());
+    return io;
+}
+
+// ---- the importer -----------------------------------------------------------------------
+
+namespace {
+
+// A value of the model while importing: a constant (folded) or an attngraph value.
+struct Value {
+    bool is_const = false;
+    OnnxTensor c;      // is_const
+    std::string name;  // attngraph value name otherwise
+    Shape shape;
+    int elem_type = TP::FLOAT;
+};
+
+std::vector<std::int64_t> to_i64(const Shape& s) {
+    return {s.begin(), s.end()};
+}
+Shape to_shape(const std::vector<std::int64_t>& s) {
+    return {s.begin(), s.end()};
+}
+
+json nested(const std::vector<double>& v, const Shape& s, std::size_t axis, std::size_t& pos, bool as_float) {
+    if (axis == s.size()) {
+        const double x = as_float ? static_cast<double>(static_cast<float>(v[pos])) : v[pos];
+        ++pos;
+        if (std::isnan(x)) return "NaN";
+        if (std::isinf(x)) return x > 0 ? "Infinity" : "-Infinity";
+        return x;
+    }
+    json a = json::array();
+    for (std::size_t i = 0; i < s[axis]; ++i) a.push_back(nested(v, s, axis + 1, pos, as_float));
+    return a;
+}
+
+class Importer {
+public:
+    Importer(const fs::path& path, const ImportOptions& options) : m_path(path), m_options(options) {
+        m_where = path.string();
+        m_reader.model_dir = path.parent_path().empty() ? fs::path(".") : path.parent_path();
+        m_reader.where = m_where;
+        if (options.max_bytes) m_reader.max_elements = options.max_bytes / (options.dtype == DType::f32 ? 4 : 8);
+    }
+
+    ImportedModel run() {
+        const onnx::ModelProto model = parse_model(m_path);
+        for (const auto& op : model.opset_import())
+            if (op.domain().empty() || op.domain() == "ai.onnx") m_opset = op.version();
+        const auto& g = model.graph();
+        m_out.graph = {{"name", sanitize_onnx_name(g.name().empty() ? m_path.stem().string() : g.name())},
+                       {"dtype", to_string(m_options.dtype)},
+                       {"tensors", json::object()},
+                       {"nodes", json::array()}};
+        std::set<std::string> inits;
+        for (const auto& t : g.initializer()) {
+            inits.insert(t.name());
+            Value v;
+            v.is_const = true;
+            v.c = m_reader.read(t, "initializer '" + t.name() + "'");
+            v.elem_type = v.c.elem_type;
+            v.shape = to_shape(v.c.shape);
+            m_values[t.name()] = std::move(v);
+        }
+        for (const auto& vi : g.input()) {
+            if (inits.count(vi.name())) continue;
+            add_input(vi);
+        }
+        for (int i = 0; i < g.node_size(); ++i) import_node(g.node(i), i);
+        json outputs = json::array();
+        for (const auto& vi : g.output()) {
+            const auto it = m_values.find(vi.name());
+            if (it == m_values.end())
+                throw GraphError(m_where + ": graph output '" + vi.name() + "' is not produced by any node");
+            if (it->second.is_const) {
+                // an output computable at import time: a param holding it, passed through a node
+                const std::string p = materialize(vi.name());
+                const std::string n = unique(sanitize_onnx_name(vi.name()) + ".out");
+                emit("Reshape", n, {p}, {{"shape", to_i64(it->second.shape)}});
+                outputs.push_back(n);
+                m_out.names.emplace_back(vi.name(), n);
+            } else {
+                outputs.push_back(it->second.name);
+            }
+        }
+        m_out.graph["outputs"] = outputs;
+        if (m_float16) m_out.notes.push_back(m_where + ": float16 model runs in " + to_string(m_options.dtype));
+        return std::move(m_out);
+    }
+
+private:
+    // ---- names ----
+    std::string unique(const std::string& base) {
+        std::string n = base;
+        for (int k = 1; m_used.count(n); ++k) n = base + "_" + std::to_string(k);
+        m_used.insert(n);
+        return n;
+    }
+
+    // ---- graph building ----
+    void add_input(const onnx::ValueInfoProto& vi) {
+        const auto bound = m_options.constant_inputs.find(vi.name());
+        if (bound != m_options.constant_inputs.end()) {
+            Value v;
+            v.is_const = true;
+            v.c = bound->second;
+            v.elem_type = v.c.elem_type;
+            v.shape = to_shape(v.c.shape);
+            m_values[vi.name()] = std::move(v);
+            return;
+        }
+        if (!vi.type().has_tensor_type())
+            throw GraphError(m_where + ": graph input '" + vi.name() + "' is not a tensor");
+        const auto& tt = vi.type().tensor_type();
+        const int et = tt.elem_type();
+        if (type_bytes(et) == 0)
+            throw GraphError(m_where + ": graph input '" + vi.name() + "' has data type " + type_name(et) +
+                             ", which attngraph does not support (bool, integers, float16/32/64, bfloat16)");
+        if (et == TP::FLOAT16 || et == TP::BFLOAT16) m_float16 = true;
+        Shape shape;
+        const auto given = m_options.input_shapes.find(vi.name());
+        if (given != m_options.input_shapes.end()) {
+            shape = given->second;
+        } else {
+            if (!tt.has_shape())
+                throw ShapeError(m_where + ": graph input '" + vi.name() +
+                                 "' has no shape in the model: give one with --input " + vi.name() + "=FILE.npy");
+            for (const auto& d : tt.shape().dim()) {
+                if (!d.has_dim_value() || d.dim_value() < 0)
+                    throw ShapeError(m_where + ": graph input '" + vi.name() + "' has the symbolic dimension '" +
+                                     (d.has_dim_param() ? d.dim_param() : std::string("?")) +
+                                     "': its shape cannot be resolved statically; give it with --input " + vi.name() +
+                                     "=FILE.npy");
+                shape.push_back(static_cast<std::size_t>(d.dim_value()));
+            }
+        }
+        const std::size_t count = element_count_capped(shape);
+        if (m_reader.max_elements && count > m_reader.max_elements)
+            throw ShapeError(m_where + ": graph input '" + vi.name() + "' of shape (" + shape_str(shape) + ") has " +
+                             (count == SIZE_MAX ? "too many" : std::to_string(count)) +
+                             " elements, over the limit of " + std::to_string(m_reader.max_elements) +
+                             " (--max-memory)");
+        const std::string name = unique(sanitize_onnx_name(vi.name()));
+        m_out.graph["tensors"][name] = {{"kind", "input"}, {"shape", shape}, {"data", zeros_json(shape)}};
+        m_out.names.emplace_back(vi.name(), name);
+        Value v;
+        v.name = name;
+        v.shape = shape;
+        v.elem_type = et;
+        m_values[vi.name()] = std::move(v);
+    }
+
+    static json zeros_json(const Shape& shape) {
+        std::vector<double> z(element_count(shape), 0.0);
+        std::size_t pos = 0;
+        return nested(z, shape, 0, pos, false);
+    }
+
+    // The attngraph name of a value; a constant becomes a param on first use.
+    std::string materialize(const std::string& onnx_name) {
+        Value& v = m_values.at(onnx_name);
+        if (!v.is_const) return v.name;
+        auto it = m_params.find(onnx_name);
+        if (it != m_params.end()) return it->second;
+        const std::string name = unique(sanitize_onnx_name(onnx_name));
+        if (v.c.elem_type != TP::FLOAT && v.c.elem_type != TP::DOUBLE && v.c.elem_type != TP::FLOAT16 &&
+            v.c.elem_type != TP::BFLOAT16 && m_options.dtype == DType::f32)
+            for (double x : v.c.values)
+                if (std::fabs(x) > 16777216.0)
+                    throw GraphError(m_where + ": constant '" + onnx_name + "' holds the integer " + std::to_string(x) +
+                                     ", beyond 2^24: f32 cannot hold it exactly");
+        std::size_t pos = 0;
+        const Shape s = to_shape(v.c.shape);
+        m_out.graph["tensors"][name] = {
+            {"kind", "param"}, {"shape", s}, {"data", nested(v.c.values, s, 0, pos, m_options.dtype == DType::f32)}};
+        if (!m_synthetic.count(onnx_name)) m_out.names.emplace_back(onnx_name, name);
+        m_params[onnx_name] = name;
+        return name;
+    }
+
+    void emit(const std::string& op, const std::string& name, const std::vector<std::string>& inputs,
+              const json& attrs = json::object()) {
+        json n = {{"name", name}, {"op", op}, {"inputs", inputs}};
+        if (!attrs.empty()) n["attrs"] = attrs;
+        m_out.graph["nodes"].push_back(std::move(n));
+    }
+
+    // Defines ONNX output `onnx_name` as the attngraph value `name` of `shape`.
+    void define(const std::string& onnx_name, const std::string& name, const Shape& shape, int elem_type) {
+        Value v;
+        v.name = name;
+        v.shape = shape;
+        v.elem_type = elem_type;
+        m_values[onnx_name] = std::move(v);
+        m_out.names.emplace_back(onnx_name, name);
+    }
+
+    void alias(const std::string& onnx_name, const Value& v) {
+        m_values[onnx_name] = v;
+        if (!v.is_const) m_out.names.emplace_back(onnx_name, v.name);
+    }
+
+    // ---- nodes ----
+    void import_node(const onnx::NodeProto& node, int index);
+
+    fs::path m_path;
+    ImportOptions m_options;
+    std::string m_where;
+    TensorReader m_reader;
+    std::int64_t m_opset = 1;
+    bool m_float16 = false;
+    std::map<std::string, Value> m_values;
+    std::map<std::string, std::string> m_params;
+    std::set<std::string> m_used;
+    std::set<std::string> m_synthetic;  // constants made at import (a transposed weight), not ONNX values
+    ImportedModel m_out;
+};
+
+}  // namespace
+
+// ---- mapping one node -------------------------------------------------------------------
+
+namespace {
+
+using onnx_fold::attr_float;
+using onnx_fold::attr_int;
+using onnx_fold::attr_ints;
+
+std::int64_t normalize(std::int64_t axis, std::size_t rank, const std::string& where) {
+    const auto r = static_cast<std::int64_t>(rank);
+    if (axis < -r || axis >= r)
+        throw ShapeError(where + ": axis " + std::to_string(axis) + " is out of range for rank " +
+                         std::to_string(rank));
+    return axis < 0 ? axis + r : axis;
+}
+
+Shape broadcast(const Shape& a, const Shape& b, const std::string& where) {
+    return to_shape(onnx_fold::broadcast_shapes(to_i64(a), to_i64(b), where));
+}
+
+// numpy's rule, one way: `from` stretches to `to`
+bool broadcasts_to(const Shape& from, const Shape& to) {
+    if (from.size() > to.size()) return false;
+    for (std::size_t i = 0; i < from.size(); ++i) {
+        const std::size_t d = from[from.size() - 1 - i];
+        if (d != 1 && d != to[to.size() - 1 - i]) return false;
+    }
+    return true;
+}
+
+void Importer::import_node(const onnx::NodeProto& node, int index) {
+    const std::string& op = node.op_type();
+    const std::string node_name = node.name().empty() ? op + "_" + std::to_string(index) : node.name();
+    const std::string where = m_where + ": node '" + node_name + "' (" + op + ")";
+    if (!node.domain().empty() && node.domain() != "ai.onnx")
+        throw GraphError(where + ": op '" + op + "' of domain '" + node.domain() +
+                         "' is not supported (supported ops: docs/onnx.md)");
+    std::vector<const Value*> in;
+    bool all_const = true;
+    for (const auto& name : node.input()) {
+        if (name.empty()) {
+            in.push_back(nullptr);
+            continue;
+        }
+        const auto it = m_values.find(name);
+        if (it == m_values.end())
+            throw GraphError(where + ": input '" + name +
+                             "' is not produced by any earlier node, input or initializer");
+        in.push_back(&it->second);
+        all_const = all_const && it->second.is_const;
+    }
+    auto has = [&](std::size_t i) { return i < in.size() && in[i]; };
+    auto arg = [&](std::size_t i) -> const Value& {
+        if (!has(i)) throw GraphError(where + ": input " + std::to_string(i) + " is missing");
+        return *in[i];
+    };
+    auto const_ints = [&](std::size_t i, const std::string& what) {
+        const Value& v = arg(i);
+        if (!v.is_const)
+            throw ShapeError(
+                where + ": " + what + " '" + node.input(static_cast<int>(i)) +
+                "' is computed from the graph's inputs, not a constant: its value cannot be resolved statically");
+        std::vector<std::int64_t> out;
+        for (double d : v.c.values)
+            out.push_back(d >= 9.2e18 ? INT64_MAX : d <= -9.2e18 ? INT64_MIN : static_cast<std::int64_t>(d));
+        return out;
+    };
+    auto out_name = [&](int k) {
+        return unique(sanitize_onnx_name(node.output(k).empty() ? node_name : node.output(k)));
+    };
+    const std::string out0 = node.output_size() ? node.output(0) : "";
+    // "(3x4x5), (5)": the shapes of the node's inputs, for errors
+    auto shapes_text = [&]() {
+        std::string t;
+        for (std::size_t i = 0; i < in.size(); ++i)
+            t += (i ? ", (" : "(") + (in[i] ? shape_str(in[i]->shape) : std::string("absent")) + ")";
+        return t;
+    };
+    // an attribute the mapping does not read is refused, never ignored
+    auto check_attrs = [&](std::initializer_list<const char*> known) {
+        for (const auto& a : node.attribute())
+            if (std::none_of(known.begin(), known.end(), [&](const char* k) { return a.name() == k; }))
+                throw GraphError(where + ": attribute '" + a.name() + "' is not supported; shapes " + shapes_text() +
+                                 " (supported ops: docs/onnx.md)");
+    };
+
+    if (op == "Constant") {
+        if (const auto* a = onnx_fold::find_attr(node, "value")) {
+            Value v;
+            v.is_const = true;
+            v.c = m_reader.read(a->t(), "constant '" + out0 + "'");
+            v.elem_type = v.c.elem_type;
+            v.shape = to_shape(v.c.shape);
+            m_values[out0] = std::move(v);
+            return;
+        }
+    }
+    // Shape and Size of anything with a known shape are constants
+    if (op == "Shape" || op == "Size") {
+        const Shape s = arg(0).shape;
+        OnnxTensor t{TP::INT64, {}, {}};
+        if (op == "Size") {
+            t.values = {static_cast<double>(element_count(s))};
+        } else {
+            const auto r = static_cast<std::int64_t>(s.size());
+            std::int64_t b = attr_int(node, "start", 0), e = attr_int(node, "end", r);
+            if (b < 0) b += r;
+            if (e < 0) e += r;
+            b = std::clamp<std::int64_t>(b, 0, r);
+            e = std::clamp<std::int64_t>(e, 0, r);
+            for (std::int64_t i = b; i < e; ++i)
+                t.values.push_back(static_cast<double>(s[static_cast<std::size_t>(i)]));
+            t.shape = {static_cast<std::int64_t>(t.values.size())};
+        }
+        Value v;
+        v.is_const = true;
+        v.c = t;
+        v.elem_type = TP::INT64;
+        v.shape = to_shape(t.shape);
+        m_values[out0] = v;
+        return;
+    }
+    if (all_const && onnx_fold::foldable(op)) {
+        std::vector<const OnnxTensor*> cin;
+        for (const auto* v : in) cin.push_back(v ? &v->c : nullptr);
+        auto outs = onnx_fold::fold(node, cin, m_opset, where);
+        for (int k = 0; k < node.output_size() && k < static_cast<int>(outs.size()); ++k) {
+            if (m_reader.max_elements && outs[static_cast<std::size_t>(k)].values.size() > m_reader.max_elements)
+                throw ShapeError(where + ": folded output '" + node.output(k) + "' is over the memory limit");
+            Value v;
+            v.is_const = true;
+            v.c = std::move(outs[static_cast<std::size_t>(k)]);
+            v.elem_type = v.c.elem_type;
+            v.shape = to_shape(v.c.shape);
+            m_values[node.output(k)] = std::move(v);
+        }
+        return;
+    }
+    if (op == "Constant") {  // not foldable above only when it has no inputs: all_const holds
+        throw GraphError(where + ": unexpected");
+    }
+
+    // ---- ops computed by the graph ----
+    const int et = has(0) ? arg(0).elem_type : TP::FLOAT;
+    auto reshape_to = [&](const std::string& x, const Shape& shape, const std::string& name) {
+        emit("Reshape", name, {x}, {{"shape", to_i64(shape)}});
+    };
+    if (op == "Identity" || op == "Dropout") {
+        check_attrs({"seed", "ratio", "is_test"});
+        alias(out0, arg(0));
+        if (node.output_size() > 1 && !node.output(1).empty())
+            throw GraphError(where + ": the mask output of Dropout is not supported");
+        return;
+    }
+    if (op == "Cast" || op == "CastLike") {
+        check_attrs({"to", "saturate", "round_mode"});
+        const int to = op == "Cast" ? static_cast<int>(attr_int(node, "to", TP::FLOAT)) : arg(1).elem_type;
+        const bool float_to = to == TP::FLOAT || to == TP::DOUBLE || to == TP::FLOAT16 || to == TP::BFLOAT16;
+        const bool float_from = et == TP::FLOAT || et == TP::DOUBLE || et == TP::FLOAT16 || et == TP::BFLOAT16;
+        if (!(float_to && float_from) && !(float_to && et != TP::FLOAT))
+            throw GraphError(where + ": a Cast of a computed value from " + type_name(et) + " to " + type_name(to) +
+                             " is not supported (supported ops: docs/onnx.md)");
+        Value v = arg(0);
+        v.elem_type = to;
+        alias(out0, v);
+        return;
+    }
+    if (op == "Add" || op == "Sub" || op == "Mul" || op == "Div") {
+        check_attrs({});
+        const Value& a = arg(0);
+        const Value& b = arg(1);
+        const Shape s = broadcast(a.shape, b.shape, where);
+        const std::string name = out_name(0);
+        const Value* dyn = !a.is_const ? &a : &b;
+        const Value* cst = a.is_const ? &a : (b.is_const ? &b : nullptr);
+        const bool scalar_const = cst && cst->c.values.size() == 1 && dyn->shape == s;
+        if (op == "Mul" && scalar_const) {
+            // torch's attention scale: a Scale, which the fused attention step recognises
+            emit("Scale", name, {dyn->name}, {{"factor", cst->c.values[0]}});
+        } else if (op == "Div" && scalar_const && b.is_const && b.c.values[0] != 0 &&
+                   std::isfinite(1.0 / b.c.values[0])) {
+            emit("Scale", name, {a.name}, {{"factor", 1.0 / b.c.values[0]}});
+        } else {
+            emit(op, name, {materialize(node.input(0)), materialize(node.input(1))});
+        }
+        define(out0, name, s, et);
+        return;
+    }
+    if (op == "Neg" || op == "Exp" || op == "Log" || op == "Tanh" || op == "Sqrt" || op == "Sin" || op == "Cos") {
+        check_attrs({});
+        const std::string name = out_name(0);
+        emit(op, name, {arg(0).name});
+        define(out0, name, arg(0).shape, et);
+        return;
+    }
+    if (op == "Pow") {
+        check_attrs({});
+        const Value& x = arg(0);
+        const Value& y = arg(1);
+        if (!y.is_const || y.c.values.empty() ||
+            std::any_of(y.c.values.begin(), y.c.values.end(), [&](double e) { return e != y.c.values[0]; }))
+            throw GraphError(where +
+                             ": an exponent that is not one constant number is not supported (attngraph's "
+                             "Pow takes a scalar exponent); shapes " +
+                             shapes_text());
+        const Shape s = broadcast(x.shape, y.shape, where);
+        const std::string name = out_name(0);
+        std::string xn = x.name;
+        if (s != x.shape) {  // an exponent tensor of a larger shape broadcasts x
+            xn = unique(name + ".x");
+            emit("Expand", xn, {x.name}, {{"shape", to_i64(s)}});
+        }
+        emit("Pow", name, {xn}, {{"exponent", y.c.values[0]}});
+        define(out0, name, s, et);
+        return;
+    }
+    if (op == "Where") {
+        check_attrs({});
+        const Shape s = broadcast(broadcast(arg(0).shape, arg(1).shape, where), arg(2).shape, where);
+        const std::string name = out_name(0);
+        emit("Where", name, {materialize(node.input(0)), materialize(node.input(1)), materialize(node.input(2))});
+        define(out0, name, s, arg(1).elem_type);
+        return;
+    }
+    if (op == "Equal" || op == "Less" || op == "Greater") {
+        check_attrs({});
+        const Shape s = broadcast(arg(0).shape, arg(1).shape, where);
+        const std::string name = out_name(0);
+        emit(op, name, {materialize(node.input(0)), materialize(node.input(1))});
+        define(out0, name, s, TP::BOOL);
+        return;
+    }
+    if (op == "ReduceSum" || op == "ReduceMean" || op == "ReduceMax") {
+        check_attrs({"axes", "keepdims", "noop_with_empty_axes"});
+        const Value& x = arg(0);
+        // axes: an input from opset 13 (ReduceSum) / 18 (the others), an attribute before
+        std::vector<std::int64_t> axes = has(1) ? const_ints(1, "axes") : attr_ints(node, "axes");
+        const bool keep = attr_int(node, "keepdims", 1) != 0;
+        const bool noop = attr_int(node, "noop_with_empty_axes", 0) != 0;
+        std::vector<bool> reduced(x.shape.size(), axes.empty() && !noop);
+        for (auto& ax : axes) {
+            ax = normalize(ax, x.shape.size(), where);
+            reduced[static_cast<std::size_t>(ax)] = true;
+        }
+        Shape s;
+        for (std::size_t i = 0; i < x.shape.size(); ++i)
+            if (!reduced[i])
+                s.push_back(x.shape[i]);
+            else if (keep)
+                s.push_back(1);
+        const std::string name = out_name(0);
+        emit(op, name, {x.name}, {{"axes", axes}, {"keepdims", keep ? 1 : 0}, {"noop_with_empty_axes", noop ? 1 : 0}});
+        define(out0, name, s, et);
+        return;
+    }
+    if (op == "Expand") {
+        check_attrs({});
+        const Value& x = arg(0);
+        const std::vector<std::int64_t> shape = const_ints(1, "shape");
+        if (std::any_of(shape.begin(), shape.end(), [](std::int64_t d) { return d < 0; }))
+            throw ShapeError(where + ": a negative dimension in the shape; shapes " + shapes_text());
+        const Shape s = broadcast(x.shape, to_shape(shape), where);
+        const std::string name = out_name(0);
+        emit("Expand", name, {x.name}, {{"shape", to_i64(s)}});
+        define(out0, name, s, et);
+        return;
+    }
+    if (op == "Gather") {
+        check_attrs({"axis"});
+        const Value& x = arg(0);
+        const Value& idx = arg(1);
+        const auto axis = static_cast<std::size_t>(normalize(attr_int(node, "axis", 0), x.shape.size(), where));
+        if (idx.is_const)
+            for (double i : idx.c.values)
+                if (i < -static_cast<double>(x.shape[axis]) || i >= static_cast<double>(x.shape[axis]))
+                    throw ShapeError(where + ": index " + std::to_string(static_cast<std::int64_t>(i)) +
+                                     " is out of range for axis " + std::to_string(axis) + "; shapes " + shapes_text());
+        Shape s(x.shape.begin(), x.shape.begin() + static_cast<std::ptrdiff_t>(axis));
+        s.insert(s.end(), idx.shape.begin(), idx.shape.end());
+        s.insert(s.end(), x.shape.begin() + static_cast<std::ptrdiff_t>(axis) + 1, x.shape.end());
+        const std::string name = out_name(0);
+        emit("Gather", name, {materialize(node.input(0)), materialize(node.input(1))},
+             {{"axis", static_cast<std::int64_t>(axis)}});
+        define(out0, name, s, et);
+        return;
+    }
+    if (op == "RMSNormalization" || op == "LayerNormalization") {
+        check_attrs({"axis", "epsilon", "stash_type"});
+        const Value& x = arg(0);
+        const std::int64_t axis = normalize(attr_int(node, "axis", -1), x.shape.size(), where);
+        const Shape tail(x.shape.begin() + axis, x.shape.end());
+        for (std::size_t i = 1; i < in.size(); ++i)
+            if (has(i) && !broadcasts_to(arg(i).shape, tail))
+                throw ShapeError(where + ": " + (i == 1 ? "scale" : "bias") +
+                                 " does not broadcast to x.shape[axis:] = (" + shape_str(tail) + "); shapes " +
+                                 shapes_text());
+        json attrs = {{"axis", axis}, {"epsilon", static_cast<double>(attr_float(node, "epsilon", 1e-5f))}};
+        std::vector<std::string> inputs{x.name, materialize(node.input(1))};
+        if (op == "LayerNormalization" && has(2)) inputs.push_back(materialize(node.input(2)));
+        const bool stats = op == "LayerNormalization" && ((node.output_size() > 1 && !node.output(1).empty()) ||
+                                                          (node.output_size() > 2 && !node.output(2).empty()));
+        if (stats) attrs["stats"] = 1;
+        const std::string name = out_name(0);
+        emit(op, name, inputs, attrs);
+        if (!stats) {
+            define(out0, name, x.shape, et);
+            return;
+        }
+        // Mean and InvStdDev: x.shape[:axis] followed by 1s
+        Shape ss(x.shape.begin(), x.shape.begin() + axis);
+        ss.resize(x.shape.size(), 1);
+        define(out0, name + ":0", x.shape, et);
+        for (int k = 1; k < 3 && k < node.output_size(); ++k)
+            if (!node.output(k).empty()) define(node.output(k), name + ":" + std::to_string(k), ss, et);
+        return;
+    }
+    if (op == "Attention") {
+        // softmax_precision names the type softmax runs in: here always the graph's dtype
+        check_attrs({"is_causal", "kv_num_heads", "q_num_heads", "qk_matmul_output_mode", "scale", "softcap",
+                     "softmax_precision"});
+        if (has(6))
+            throw GraphError(where + ": input nonpad_kv_seqlen (opset 24) is not supported; shapes " + shapes_text() +
+                             " (supported ops: docs/onnx.md)");
+        AttentionAttrs a;
+        if (onnx_fold::find_attr(node, "scale")) a.scale = static_cast<double>(attr_float(node, "scale", 0.0f));
+        a.is_causal = static_cast<int>(attr_int(node, "is_causal", 0));
+        a.softcap = static_cast<double>(attr_float(node, "softcap", 0.0f));
+        if (onnx_fold::find_attr(node, "q_num_heads"))
+            a.q_num_heads = static_cast<int>(attr_int(node, "q_num_heads", 0));
+        if (onnx_fold::find_attr(node, "kv_num_heads"))
+            a.kv_num_heads = static_cast<int>(attr_int(node, "kv_num_heads", 0));
+        a.qk_matmul_output_mode = static_cast<int>(attr_int(node, "qk_matmul_output_mode", 0));
+        if (has(3)) a.mask_type = arg(3).elem_type == TP::BOOL ? "boolean" : "additive";
+        std::vector<std::optional<onnx_import::AttentionOperand>> operands(6);
+        for (std::size_t i = 0; i < 6; ++i)
+            if (has(i))
+                operands[i] = onnx_import::AttentionOperand{materialize(node.input(static_cast<int>(i))), arg(i).shape};
+        for (const auto& o : operands)  // the expansion holds each operand once (zeros) while it builds
+            if (o &&
+                element_count_capped(o->shape) > (m_reader.max_elements ? m_reader.max_elements : std::size_t(1) << 31))
+                throw ShapeError(where + ": operand '" + o->name +
+                                 "' is over the memory limit (--max-memory); shapes " + shapes_text());
+        const std::string name = unique(sanitize_onnx_name(node_name));
+        onnx_import::AttentionExpansion e;
+        try {
+            e = onnx_import::expand_attention(name, operands, a, m_options.dtype);
+        } catch (const Error& err) {
+            // attention() names the node and the operands' shapes
+            throw ShapeError(m_where + ": " + err.what());
+        }
+        for (const auto& n : e.nodes) {
+            const std::string nn = n["name"];
+            if (m_used.count(nn))
+                throw GraphError(where + ": its step '" + nn + "' clashes with another value of the model");
+            m_used.insert(nn);
+            m_out.graph["nodes"].push_back(n);
+        }
+        auto output = [&](int k, const std::string& value) {
+            if (k >= node.output_size() || node.output(k).empty()) return;
+            if (value.empty())
+                throw GraphError(where + ": output " + std::to_string(k) + " '" + node.output(k) +
+                                 "' is not produced for these inputs; shapes " + shapes_text());
+            if (k == 1 && value == arg(1).name) return alias(node.output(k), arg(1));  // present_key = K
+            if (k == 2 && value == arg(2).name) return alias(node.output(k), arg(2));
+            define(node.output(k), value, e.shapes.at(value), et);
+        };
+        output(0, e.y);
+        output(1, e.present_key.empty() ? e.k_heads : e.present_key);
+        output(2, e.present_value.empty() ? e.v_heads : e.present_value);
+        output(3, e.qk);
+        return;
+    }
+    if (op == "RotaryEmbedding") {
+        check_attrs({"interleaved", "rotary_embedding_dim", "num_heads"});
+        const Value& x = arg(0);
+        std::vector<std::string> inputs{x.name, materialize(node.input(1)), materialize(node.input(2))};
+        if (has(3)) inputs.push_back(materialize(node.input(3)));
+        const std::string name = out_name(0);
+        emit("RotaryEmbedding", name, inputs,
+             {{"interleaved", attr_int(node, "interleaved", 0)},
+              {"rotary_embedding_dim", attr_int(node, "rotary_embedding_dim", 0)},
+              {"num_heads", attr_int(node, "num_heads", 0)}});
+        define(out0, name, x.shape, et);
+        return;
+    }
+    if (op == "MatMul") {
+        check_attrs({});
+        const Value& a = arg(0);
+        const Value& b = arg(1);
+        const std::string name = out_name(0);
+        std::string an = materialize(node.input(0)), bn = materialize(node.input(1));
+        Shape as = a.shape, bs = b.shape;
+        if (as.empty() || bs.empty()) throw ShapeError(where + ": MatMul of a scalar");
+        const bool a1 = as.size() == 1, b1 = bs.size() == 1;
+        if (a1) {
+            as = {1, as[0]};
+            reshape_to(an, as, name + ".a2d");
+            an = name + ".a2d";
+            m_used.insert(an);
+        }
+        if (b1) {
+            bs = {bs[0], 1};
+            reshape_to(bn, bs, name + ".b2d");
+            bn = name + ".b2d";
+            m_used.insert(bn);
+        }
+        if (as.back() != bs[bs.size() - 2])
+            throw ShapeError(where + ": shapes (" + shape_str(a.shape) + ") and (" + shape_str(b.shape) +
+                             ") do not multiply");
+        const Shape batch = broadcast(Shape(as.begin(), as.end() - 2), Shape(bs.begin(), bs.end() - 2), where);
+        Shape full = batch;
+        full.push_back(as[as.size() - 2]);
+        full.push_back(bs.back());
+        Shape result = batch;
+        if (!a1) result.push_back(as[as.size() - 2]);
+        if (!b1) result.push_back(bs.back());
+        if (a1 || b1) {
+            emit("MatMul", name + ".full", {an, bn});
+            m_used.insert(name + ".full");
+            reshape_to(name + ".full", result, name);
+        } else {
+            emit("MatMul", name, {an, bn});
+        }
+        define(out0, name, result, et);
+        return;
+    }
+    if (op == "Gemm") {
+        check_attrs({"alpha", "beta", "transA", "transB"});
+        const Value& a = arg(0);
+        const Value& b = arg(1);
+        const float alpha = attr_float(node, "alpha", 1.0f), beta = attr_float(node, "beta", 1.0f);
+        const bool ta = attr_int(node, "transA", 0) != 0, tb = attr_int(node, "transB", 0) != 0;
+        if (a.shape.size() != 2 || b.shape.size() != 2)
+            throw ShapeError(where + ": A (" + shape_str(a.shape) + ") and B (" + shape_str(b.shape) +
+                             ") must be matrices");
+        const std::string name = out_name(0);
+        auto operand = [&](std::size_t i, bool t, const std::string& suffix) {
+            const Value& v = arg(i);
+            if (!t) return materialize(node.input(static_cast<int>(i)));
+            if (v.is_const) {  // fold the transpose of a constant weight
+                Value tv;
+                tv.is_const = true;
+                onnx::NodeProto tr;
+                tr.set_op_type("Transpose");
+                tv.c = onnx_fold::fold(tr, {&v.c}, m_opset, where)[0];
+                tv.shape = to_shape(tv.c.shape);
+                tv.elem_type = v.elem_type;
+                const std::string cname = node.input(static_cast<int>(i)) + "_T";
+                m_values[cname] = tv;
+                m_synthetic.insert(cname);
+                return materialize(cname);
+            }
+            const std::string n = name + suffix;
+            m_used.insert(n);
+            emit("Transpose", n, {v.name}, {{"perm", {1, 0}}});
+            return n;
+        };
+        const std::string an = operand(0, ta, ".At"), bn = operand(1, tb, ".Bt");
+        const std::size_t m = ta ? a.shape[1] : a.shape[0], k = ta ? a.shape[0] : a.shape[1];
+        const std::size_t kb = tb ? b.shape[1] : b.shape[0], n = tb ? b.shape[0] : b.shape[1];
+        if (k != kb)
+            throw ShapeError(where + ": A (" + shape_str(a.shape) + ") and B (" + shape_str(b.shape) +
+                             ") do not multiply");
+        const Shape result{m, n};
+        const bool has_c = has(2) && beta != 0.0f;
+        // x·W + b with a bias row: one Linear (torch's nn.Linear exports as Gemm transB=1)
+        if (!ta && alpha == 1.0f && beta == 1.0f && has_c &&
+            (arg(2).shape == Shape{n} || arg(2).shape == Shape{1, n})) {
+            emit("Linear", name, {an, bn, materialize(node.input(2))});
+            define(out0, name, result, et);
+            return;
+        }
+        std::string cur = name + ".AB";
+        m_used.insert(cur);
+        emit("MatMul", cur, {an, bn});
+        if (alpha != 1.0f) {
+            emit("Scale", name + ".alphaAB", {cur}, {{"factor", static_cast<double>(alpha)}});
+            cur = name + ".alphaAB";
+            m_used.insert(cur);
+        }
+        if (has_c) {
+            broadcast(arg(2).shape, result, where);
+            std::string cn = materialize(node.input(2));
+            if (beta != 1.0f) {
+                emit("Scale", name + ".betaC", {cn}, {{"factor", static_cast<double>(beta)}});
+                cn = name + ".betaC";
+                m_used.insert(cn);
+            }
+            emit("Add", name, {cur, cn});
+        } else {
+            emit("Reshape", name, {cur}, {{"shape", to_i64(result)}});
+        }
+        define(out0, name, result, et);
+        return;
+    }
+    if (op == "Transpose") {
+        check_attrs({"perm"});
+        const Value& x = arg(0);
+        std::vector<std::int64_t> perm = attr_ints(node, "perm");
+        if (perm.empty())
+            for (std::size_t i = 0; i < x.shape.size(); ++i)
+                perm.push_back(static_cast<std::int64_t>(x.shape.size() - 1 - i));
+        if (perm.size() != x.shape.size())
+            throw ShapeError(where + ": perm does not match the rank of (" + shape_str(x.shape) + ")");
+        Shape s;
+        for (auto p : perm) s.push_back(x.shape[static_cast<std::size_t>(normalize(p, x.shape.size(), where))]);
+        const std::string name = out_name(0);
+        emit("Transpose", name, {x.name}, {{"perm", perm}});
+        define(out0, name, s, et);
+        return;
+    }
+    if (op == "Reshape" || op == "Flatten" || op == "Squeeze" || op == "Unsqueeze") {
+        check_attrs({"allowzero", "axis", "axes"});
+        const Value& x = arg(0);
+        // the shape the folding rules give, computed on a stand-in of x's shape
+        OnnxTensor standin{TP::FLOAT, to_i64(x.shape), std::vector<double>(element_count(x.shape), 0.0)};
+        std::vector<OnnxTensor> extra;
+        std::vector<const OnnxTensor*> cin{&standin};
+        for (std::size_t i = 1; i < in.size(); ++i) {
+            if (!has(i)) {
+                cin.push_back(nullptr);
+                continue;
+            }
+            const_ints(i, i == 1 && op == "Reshape" ? "shape" : "axes");
+            cin.push_back(&arg(i).c);
+        }
+        const Shape s = to_shape(onnx_fold::fold(node, cin, m_opset, where)[0].shape);
+        const std::string name = out_name(0);
+        reshape_to(x.name, s, name);
+        define(out0, name, s, et);
+        return;
+    }
+    if (op == "Concat") {
+        check_attrs({"axis"});
+        std::vector<std::string> names;
+        Shape s = arg(0).shape;
+        const auto axis = static_cast<std::size_t>(normalize(attr_int(node, "axis", 0), s.size(), where));
+        s[axis] = 0;
+        for (std::size_t i = 0; i < in.size(); ++i) {
+            const Value& v = arg(i);
+            if (v.shape.size() != s.size()) throw ShapeError(where + ": inputs of different ranks");
+            s[axis] += v.shape[axis];
+            if (v.shape[axis] == 0) continue;  // ONNX allows empty pieces; attngraph needs none
+            names.push_back(materialize(node.input(static_cast<int>(i))));
+        }
+        const std::string name = out_name(0);
+        if (names.size() == 1)
+            reshape_to(names[0], s, name);
+        else
+            emit("Concat", name, names, {{"axis", static_cast<std::int64_t>(axis)}});
+        define(out0, name, s, et);
+        return;
+    }
+    if (op == "Split") {
+        check_attrs({"axis", "split", "num_outputs"});
+        const Value& x = arg(0);
+        if (x.shape.empty()) throw ShapeError(where + ": cannot split a scalar");
+        const auto axis = static_cast<std::size_t>(normalize(attr_int(node, "axis", 0), x.shape.size(), where));
+        std::vector<std::int64_t> sizes = has(1) ? const_ints(1, "split") : attr_ints(node, "split");
+        const std::int64_t len = static_cast<std::int64_t>(x.shape[axis]);
+        const auto outputs = static_cast<std::int64_t>(node.output_size());
+        if (sizes.empty()) {
+            const std::int64_t parts = attr_int(node, "num_outputs", outputs);
+            const std::int64_t piece = (len + parts - 1) / parts;
+            for (std::int64_t k = 0; k < parts; ++k) sizes.push_back(std::min(piece, len - k * piece));
+        }
+        std::int64_t total = 0;
+        for (auto s : sizes) total += s;
+        if (total != len || static_cast<std::int64_t>(sizes.size()) != outputs)
+            throw ShapeError(where + ": sizes do not split axis " + std::to_string(axis) + " of (" +
+                             shape_str(x.shape) + ")");
+        const std::string name = out_name(0) + (outputs > 1 ? ".split" : "");
+        emit("Split", name, {x.name}, {{"axis", static_cast<std::int64_t>(axis)}, {"sizes", sizes}});
+        for (int k = 0; k < node.output_size(); ++k) {
+            Shape s = x.shape;
+            s[axis] = static_cast<std::size_t>(sizes[static_cast<std::size_t>(k)]);
+            define(node.output(k), name + ":" + std::to_string(k), s, et);
+        }
+        return;
+    }
+    if (op == "Slice") {
+        check_attrs({"starts", "ends", "axes"});
+        const Value& x = arg(0);
+        std::vector<std::int64_t> starts, ends, axes, steps;
+        if (m_opset < 10) {
+            starts = attr_ints(node, "starts");
+            ends = attr_ints(node, "ends");
+            axes = attr_ints(node, "axes");
+        } else {
+            starts = const_ints(1, "starts");
+            ends = const_ints(2, "ends");
+            if (has(3)) axes = const_ints(3, "axes");
+            if (has(4)) steps = const_ints(4, "steps");
+        }
+        if (axes.empty())
+            for (std::size_t i = 0; i < starts.size(); ++i) axes.push_back(static_cast<std::int64_t>(i));
+        if (starts.size() != axes.size() || ends.size() != axes.size() ||
+            (!steps.empty() && steps.size() != axes.size()))
+            throw ShapeError(where + ": starts, ends, axes and steps differ in length; shapes " + shapes_text());
+        std::string cur = x.name;
+        Shape s = x.shape;
+        const std::string name = out_name(0);
+        for (std::size_t k = 0; k < axes.size(); ++k) {
+            const auto ax = static_cast<std::size_t>(normalize(axes[k], s.size(), where));
+            const std::int64_t len = static_cast<std::int64_t>(s[ax]);
+            std::int64_t st = steps.empty() ? 1 : steps[k];
+            if (st == 0) throw ShapeError(where + ": Slice step 0 on axis " + std::to_string(ax));
+            // a step longer than the axis picks one element: bounded, so that i += st cannot overflow
+            st = std::clamp<std::int64_t>(st, -len - 1, len + 1);
+            // ONNX's clamping: a negative bound counts from the end; then start and end in [0, len]
+            // for a positive step, start in [0, len - 1] and end in [-1, len - 1] for a negative one
+            std::int64_t b = starts[k], e = ends[k];
+            if (b < 0) b = b < -len ? -1 : b + len;  // (a huge negative bound saturates, no overflow)
+            if (e < 0) e = e < -len ? -1 : e + len;
+            b = st > 0 ? std::clamp<std::int64_t>(b, 0, len) : std::clamp<std::int64_t>(b, 0, len - 1);
+            e = st > 0 ? std::clamp<std::int64_t>(e, 0, len) : std::clamp<std::int64_t>(e, -1, len - 1);
+            std::vector<double> picked;
+            for (std::int64_t i = b; st > 0 ? i < e : i > e; i += st) picked.push_back(static_cast<double>(i));
+            if (picked.empty())
+                throw ShapeError(where + ": Slice gives an empty axis " + std::to_string(ax) + " of (" +
+                                 shape_str(x.shape) + "): attngraph has no zero-size tensors");
+            if (st == 1 && b == 0 && e == len) continue;
+            const std::string n = k + 1 == axes.size() ? name : unique(name + ".axis" + std::to_string(ax));
+            if (st == 1) {
+                emit("Slice", n, {cur}, {{"axis", static_cast<std::int64_t>(ax)}, {"start", b}, {"end", e}});
+            } else {
+                // any other step (negative too): a Gather of the constant indices it picks
+                Value iv;
+                iv.is_const = true;
+                iv.c = OnnxTensor{TP::INT64, {static_cast<std::int64_t>(picked.size())}, picked};
+                iv.shape = to_shape(iv.c.shape);
+                iv.elem_type = TP::INT64;
+                const std::string cname = n + ".indices";
+                m_values[cname] = iv;
+                m_synthetic.insert(cname);
+                emit("Gather", n, {cur, materialize(cname)}, {{"axis", static_cast<std::int64_t>(ax)}});
+            }
+            cur = n;
+            s[ax] = picked.size();
+        }
+        if (cur != name) reshape_to(cur, s, name);
+        define(out0, name, s, et);
+        return;
+    }
+    if (op == "Softmax") {
+        check_attrs({"axis"});
+        const Value& x = arg(0);
+        const std::int64_t def = m_opset < 13 ? 1 : -1;
+        const auto axis = normalize(attr_int(node, "axis", def), x.shape.size(), where);
+        const std::string name = out_name(0);
+        if (m_opset < 13 && static_cast<std::size_t>(axis) + 1 != x.shape.size()) {
+            // opset < 13 flattens to (outer, inner) around the axis
+            std::size_t outer = 1, inner = 1;
+            for (std::size_t i = 0; i < x.shape.size(); ++i)
+                (static_cast<std::int64_t>(i) < axis ? outer : inner) *= x.shape[i];
+            reshape_to(x.name, {outer, inner}, name + ".2d");
+            m_used.insert(name + ".2d");
+            emit("Softmax", name + ".sm", {name + ".2d"}, {{"axis", -1}});
+            m_used.insert(name + ".sm");
+            reshape_to(name + ".sm", x.shape, name);
+        } else {
+            emit("Softmax", name, {x.name}, {{"axis", axis}});
+        }
+        define(out0, name, x.shape, et);
+        return;
+    }
+    throw GraphError(where + ": op '" + op + "' is not supported" + (all_const ? "" : " on computed values") +
+                     " (supported ops: docs/onnx.md)");
+}
+
+}  // namespace
+
+ImportedModel import_onnx(const fs::path& model, const ImportOptions& options) {
+    try {
+        return Importer(model, options).run();
+    } catch (const Error&) {
+        throw;
+    } catch (const std::exception& e) {
+        throw IoError(model.string() + ": " + e.what());
+    }
+}
+
+}  // namespace attngraph

@@ -1,0 +1,453 @@
+"""attngraph from Python: load, build and run attention graphs, read every intermediate as
+numpy, patch activations, take gradients, write traces and reports, sweep over datasets.
+
+    import attngraph, numpy as np
+    g = attngraph.load("graphs/seed_mha.json")
+    r = g.run({"X": np.eye(3, 4, dtype=np.float32)}, trace=True)
+    r["head1.A"]                       # numpy, shares the run's buffer
+    r2 = g.run(patch={"head2.O": lambda t: t * 0})
+"""
+import html as _html
+import json as _json
+import os as _os
+import re as _re
+
+import numpy as _np
+
+from . import _core
+from ._core import Error, GraphError, IoError, ShapeError
+
+__all__ = [
+    "Error", "GraphError", "ShapeError", "IoError", "Graph", "Trace", "Gradients", "NodeTable", "Builder",
+    "Value", "load", "parse", "new", "variants", "linear", "matmul", "transpose", "scale", "softmax", "concat",
+    "add", "mask_causal", "mask_window", "mask_padding", "mask", "slice", "split", "reshape", "permute", "sweep",
+]
+
+
+class NodeTable(str):
+    """`attngraph check`'s node table (print it), with the rows as dicts in `.rows`."""
+
+    rows = ()
+
+
+class Graph:
+    """A validated, shape-inferred graph. Immutable: runs never change it."""
+
+    def __init__(self, core, onnx_names=(), notes=()):
+        self._g = core
+        #: an imported ONNX model's {ONNX name: attngraph name} (inputs, params, node outputs)
+        self.onnx_names = dict(onnx_names)
+        #: the importer's remarks ("float16 model runs in f32")
+        self.notes = list(notes)
+
+    def _ours(self, by_name):
+        """{name: x} with ONNX names of an imported model replaced by attngraph names."""
+        if not by_name or not self.onnx_names:
+            return dict(by_name or {})
+        names = set(self._g.names)
+        return {k if k in names else self.onnx_names.get(k, k): v for k, v in dict(by_name).items()}
+
+    name = property(lambda self: self._g.name)
+    dtype = property(lambda self: self._g.dtype)
+    tokens = property(lambda self: list(self._g.tokens))
+    outputs = property(lambda self: list(self._g.outputs))
+    names = property(lambda self: list(self._g.names))
+
+    def shape(self, name):
+        return self._g.shape(name)
+
+    def kind(self, name):
+        """"input", "param" or "node"."""
+        return self._g.kind(name)
+
+    def tensor(self, name):
+        """The data of an input or param tensor (read-only numpy)."""
+        return self._g.tensor(name)
+
+    def run(self, inputs=None, trace=False, threads=0, patch=None, tokens=None):
+        """Runs the graph. `inputs` replaces input/param tensors ({name: array}); `trace` is
+        a bool or a list of name globs ("head*.A") of the values to keep; `patch` replaces
+        node outputs ({name: array} or {name: function(numpy) -> numpy}); `tokens` labels
+        the sequence axes. Returns a Trace. The GIL is released while the graph runs."""
+        return Trace(_core.run(self._g, self._ours(inputs), trace, threads, self._ours(patch),
+                               None if tokens is None else list(tokens)))
+
+    def grad(self, inputs=None, wrt=(), output_grads=None, patch=None, threads=0, tokens=None):
+        """Gradients of L = sum over outputs of sum(G * output) (G all ones unless given in
+        `output_grads`) with respect to the `wrt` names (empty: every value). A patched
+        value is a constant: no gradient flows through it."""
+        if isinstance(wrt, str):
+            wrt = [wrt]
+        wrt = list(self._ours({w: None for w in wrt}))
+        return Gradients(_core.grad(self._g, self._ours(inputs), wrt, self._ours(output_grads),
+                                    self._ours(patch), threads, None if tokens is None else list(tokens)))
+
+    def check(self):
+        """The node table of `attngraph check` (a str; `.rows` has one dict per value)."""
+        t = NodeTable(self._g.check_table())
+        t.rows = self._g.rows()
+        return t
+
+    def with_dtype(self, dtype):
+        return Graph(self._g.with_dtype(dtype), self.onnx_names, self.notes)
+
+    def to_json(self):
+        """The graph file's text (tensors inline)."""
+        return self._g.to_json()
+
+    def save(self, path):
+        """Writes the graph file (tensors inline) to `path`."""
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(self.to_json())
+
+    def __repr__(self):
+        return "<attngraph.Graph '%s' %s, %d values, outputs %s>" % (self.name, self.dtype, len(self.names),
+                                                                    ", ".join(self.outputs))
+
+
+class Trace:
+    """The values one run kept. `t[name]` is a read-only numpy array sharing the run's
+    buffer (the array keeps it alive); `t.outputs` maps output names to arrays."""
+
+    def __init__(self, core):
+        self._r = core
+
+    def __getitem__(self, name):
+        return self._r.get(name)
+
+    def __contains__(self, name):
+        return name in self._r.names
+
+    def __iter__(self):
+        return iter(self._r.names)
+
+    def keys(self):
+        return self._r.names
+
+    @property
+    def names(self):
+        """Names of the kept values, tensors first-use ordered, nodes in graph order."""
+        return list(self._r.names)
+
+    @property
+    def outputs(self):
+        return {name: self._r.get(name) for name in self._r.graph.outputs}
+
+    graph = property(lambda self: Graph(self._r.graph))
+    tokens = property(lambda self: list(self._r.tokens))
+    patched = property(lambda self: list(self._r.patched))
+
+    def seconds(self):
+        """Forward wall time of each node, by node name."""
+        return self._r.seconds()
+
+    def save(self, dir, format="npy", force=False):
+        """Writes the trace as `attngraph run --trace DIR` does (diff and report read it)."""
+        self._r.save(_os.fspath(dir), format, force)
+
+    def text(self):
+        return self._r.text()
+
+    def report(self, max_side=256):
+        """The self-contained HTML report of this trace (as `attngraph report`)."""
+        return self._r.report(max_side)
+
+    def _repr_html_(self):
+        page = self.report()
+        return ('<iframe style="width:100%%;height:640px;border:0" srcdoc="%s"></iframe>' %
+                _html.escape(page, quote=True))
+
+    def __repr__(self):
+        return "<attngraph.Trace of '%s': %d values>" % (self._r.graph.name, len(self._r.names))
+
+
+class Gradients:
+    """dL/dv by name (`g[name]`), and the forward trace of the run they came from."""
+
+    def __init__(self, core):
+        self._g = core
+
+    def __getitem__(self, name):
+        return self._g.get(name)
+
+    def __contains__(self, name):
+        return name in self._g.names
+
+    names = property(lambda self: list(self._g.names))
+    forward = property(lambda self: Trace(self._g.forward))
+
+    def save(self, dir, force=False):
+        """Writes the forward trace and every gradient (grad/<name>.npy), as `attngraph grad --trace`."""
+        self._g.save(_os.fspath(dir), force)
+
+
+def load(path, dtype=None, allow_outside_paths=False, input_shapes=None):
+    """Reads a graph file (JSON), or an ONNX model (`.onnx`, imported in memory as the CLI's
+    commands import it; docs/onnx.md). `input_shapes` ({ONNX input name: shape or array})
+    fixes the shapes of a model's graph inputs, as the CLI takes them from its --input files.
+    An imported graph's `onnx_names` maps ONNX names to attngraph names, and run(), grad()
+    and patches accept either."""
+    path = _os.fspath(path)
+    if path.lower().endswith(".onnx"):
+        shapes = {k: [int(d) for d in getattr(v, "shape", v)] for k, v in dict(input_shapes or {}).items()}
+        try:
+            core, names, notes = _core.load_onnx(path, dtype, shapes, allow_outside_paths)
+        except ShapeError as e:  # the CLI's hint names its --input files
+            hint = _re.sub(r"give it with --input (\S+)=FILE\.npy", r"give it with input_shapes={'\1': shape}", str(e))
+            raise ShapeError(hint) from None
+        return Graph(core, names, notes)
+    if input_shapes:
+        raise GraphError("%s: input_shapes applies to ONNX models; give a graph file's inputs to run()" % path)
+    return Graph(_core.load(path, dtype, allow_outside_paths))
+
+
+def parse(text, base_dir="."):
+    """A graph from graph-file JSON text (or a dict)."""
+    if not isinstance(text, str):
+        text = _json.dumps(text)
+    return Graph(_core.parse(text, _os.fspath(base_dir)))
+
+
+def new(variant="mha-batched", seq=4, d_model=8, heads=2, groups=0, batch=0, kv_seq=0, window=0, causal=False,
+        lengths=(), dtype="f32", seed=1, name="", weights_from=None, prefix=""):
+    """A variant with seeded random weights, as `attngraph new VARIANT` (see variants());
+    with `weights_from` (a safetensors file), its projections are the file's
+    <prefix>q_proj/k_proj/v_proj/o_proj weights and biases (Hugging Face names)."""
+    return Graph(_core.new_variant(variant, seq, d_model, heads, groups, batch, kv_seq, window, causal,
+                                   list(lengths), dtype, seed, name,
+                                   "" if weights_from is None else _os.fspath(weights_from), prefix))
+
+
+def variants():
+    """{name: description} of the variants new() builds."""
+    return dict(_core.variants())
+
+
+# ---- building graphs from Python ----------------------------------------------------------
+
+class Builder:
+    """Builds a graph from Python with the op functions and operators:
+
+        b = attngraph.Builder("attn")
+        x, wq = b.input("X", x_data), b.param("Wq", wq_data)
+        q = attngraph.linear(x, wq).named("Q")
+        a = attngraph.softmax((q @ k.mT) * (1 / np.sqrt(dk))).named("A")
+        b.output(a @ v)
+        g = b.build()
+
+    Shapes are inferred as each node is added; a bad one raises ShapeError naming the node."""
+
+    def __init__(self, name="graph", dtype="f32", tokens=()):
+        self.name, self.dtype, self.tokens = name, dtype, list(tokens)
+        self._tensors, self._nodes, self._outputs = [], [], []
+        self._shapes, self._counter = {}, 0
+
+    def _tensor(self, name, kind, data):
+        data = _np.asarray(data)
+        self._check_new(name)
+        self._tensors.append((name, kind, data))
+        self._shapes[name] = tuple(data.shape)
+        return Value(self, name)
+
+    def input(self, name, data):
+        return self._tensor(name, "input", data)
+
+    def param(self, name, data):
+        return self._tensor(name, "param", data)
+
+    def _check_new(self, name):
+        if name in self._shapes:
+            raise GraphError("graph '%s': the name '%s' is taken" % (self.name, name))
+
+    def node(self, op, inputs, attrs=None, name=None):
+        """Adds a node of `op` (e.g. "MatMul") reading `inputs` (Values); returns its Value,
+        or a list of Values for a multi-output op."""
+        for v in inputs:
+            if not isinstance(v, Value) or v.builder is not self:
+                raise GraphError("%s: every input must be a Value of this builder, got %r" % (op, v))
+        if name is None:
+            self._counter += 1
+            name = "%s_%d" % (op, self._counter)
+            while name in self._shapes:
+                self._counter += 1
+                name = "%s_%d" % (op, self._counter)
+        self._check_new(name)
+        attrs_text = _json.dumps(attrs or {})
+        names = [v.name for v in inputs]
+        shapes = _core.infer(op, attrs_text, [list(self._shapes[n]) for n in names], name, names)
+        self._nodes.append([name, op, names, attrs_text])
+        if len(shapes) == 1:
+            self._shapes[name] = tuple(shapes[0])
+            return Value(self, name)
+        outs = []
+        for k, s in enumerate(shapes):
+            self._shapes["%s:%d" % (name, k)] = tuple(s)
+            outs.append(Value(self, "%s:%d" % (name, k)))
+        self._shapes[name] = None
+        return outs
+
+    def _rename(self, old, new):
+        if any(old in n[2] for n in self._nodes) or old in self._outputs:
+            raise GraphError("cannot rename '%s': it is already used" % old)
+        for n in self._nodes:
+            if n[0] == old:
+                self._check_new(new)
+                n[0] = new
+                self._shapes[new] = self._shapes.pop(old)
+                return
+        raise GraphError("only a node can be renamed, and '%s' is not one" % old)
+
+    def output(self, *values):
+        for v in values:
+            self._outputs.append(v.name)
+
+    def build(self):
+        return Graph(_core.build(self.name, self.dtype, self.tokens, self._tensors, self._nodes, self._outputs))
+
+
+class Value:
+    """A value of a graph under construction. Operators: a @ b (MatMul), a + b (Add),
+    a * s and s * a for a number s (Scale), a / s, a.mT (last two axes swapped),
+    a.transpose(perm)."""
+
+    __array_priority__ = 1000  # numpy scalars defer to our __rmul__
+
+    def __init__(self, builder, name):
+        self.builder, self.name = builder, name
+
+    @property
+    def shape(self):
+        return self.builder._shapes[self.name]
+
+    def named(self, name):
+        """Renames this node (before anything reads it); returns the renamed Value."""
+        self.builder._rename(self.name, name)
+        self.name = name
+        return self
+
+    def __matmul__(self, other):
+        return matmul(self, other)
+
+    def __add__(self, other):
+        return add(self, other)
+
+    def __radd__(self, other):
+        return add(other, self)
+
+    def __mul__(self, other):
+        if isinstance(other, Value):
+            raise GraphError("Value * Value: attngraph has no elementwise product; * takes a number (Scale)")
+        return scale(self, float(other))
+
+    __rmul__ = __mul__
+
+    def __truediv__(self, other):
+        return scale(self, 1.0 / float(other))
+
+    def __neg__(self):
+        return scale(self, -1.0)
+
+    @property
+    def mT(self):
+        return transpose(self)
+
+    @property
+    def T(self):
+        return transpose(self, list(reversed(range(len(self.shape)))))
+
+    def transpose(self, perm=None):
+        return transpose(self, perm)
+
+    def reshape(self, *shape):
+        if len(shape) == 1 and isinstance(shape[0], (list, tuple)):
+            shape = shape[0]
+        return reshape(self, list(shape))
+
+    def __getitem__(self, k):
+        raise GraphError("index a multi-output op's result list, or use attngraph.slice(x, axis, start, end)")
+
+    def __repr__(self):
+        return "<attngraph.Value '%s' %s>" % (self.name, "x".join(map(str, self.shape or ())))
+
+
+def _b(*values):
+    for v in values:
+        if isinstance(v, Value):
+            return v.builder
+    raise GraphError("an op needs at least one Value")
+
+
+def linear(x, w, b=None, name=None):
+    return _b(x).node("Linear", [x, w] + ([b] if b is not None else []), None, name)
+
+
+def matmul(a, b, name=None):
+    return _b(a, b).node("MatMul", [a, b], None, name)
+
+
+def transpose(x, perm=None, name=None):
+    return _b(x).node("Transpose", [x], {"perm": list(perm)} if perm is not None else None, name)
+
+
+def scale(x, factor, name=None):
+    return _b(x).node("Scale", [x], {"factor": float(factor)}, name)
+
+
+def softmax(x, axis=-1, name=None):
+    return _b(x).node("Softmax", [x], {"axis": axis}, name)
+
+
+def concat(xs, axis=-1, name=None):
+    return _b(*xs).node("Concat", list(xs), {"axis": axis}, name)
+
+
+def add(a, b, name=None):
+    return _b(a, b).node("Add", [a, b], None, name)
+
+
+def mask_causal(x, name=None):
+    return _b(x).node("Mask", [x], {"pattern": "causal"}, name)
+
+
+def mask_window(x, window, causal=False, name=None):
+    return _b(x).node("Mask", [x], {"pattern": "window", "window": window, "causal": causal}, name)
+
+
+def mask_padding(x, lengths, name=None):
+    return _b(x).node("Mask", [x], {"pattern": "padding", "lengths": list(lengths)}, name)
+
+
+def mask(x, keep, name=None):
+    return _b(x).node("Mask", [x, keep], None, name)
+
+
+def slice(x, axis, start, end, name=None):
+    return _b(x).node("Slice", [x], {"axis": axis, "start": start, "end": end}, name)
+
+
+def split(x, parts_or_sizes, axis=-1, name=None):
+    attrs = {"axis": axis}
+    if isinstance(parts_or_sizes, int):
+        attrs["parts"] = parts_or_sizes
+    else:
+        attrs["sizes"] = list(parts_or_sizes)
+    out = _b(x).node("Split", [x], attrs, name)
+    return out if isinstance(out, list) else [out]
+
+
+def reshape(x, shape, name=None):
+    return _b(x).node("Reshape", [x], {"shape": list(shape)}, name)
+
+
+def permute(x, perm, name=None):
+    return _b(x).node("Permute", [x], {"perm": list(perm)}, name)
+
+
+from .sweep import sweep  # noqa: E402
+
+
+def _graph_reduce(self):
+    return (parse, (self.to_json(),))
+
+
+Graph.__reduce__ = _graph_reduce  # graphs pickle as their graph-file text (Dask ships them so)

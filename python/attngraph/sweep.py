@@ -1,0 +1,158 @@
+"""attngraph.sweep: many runs of one graph, each reduced to per-node statistics where it ran,
+the partial results combined in input order, in-process or over a Dask cluster.
+
+The inputs are cut into chunks of `chunk` consecutive inputs (the same chunks whatever runs
+them). A chunk's runs happen on one worker: each run's trace goes through `reduce`, and the
+chunk sums what reduce returns, input by input. The chunk sums are then added up in chunk
+order. Every addition happens in the same order in-process and on any cluster, so the
+result is the same bit for bit.
+"""
+import hashlib
+import os
+import sys
+import time
+
+import numpy as np
+
+__all__ = ["sweep", "SweepResult", "attention_entropy"]
+
+
+class SweepResult:
+    """`total[key]`: the sum over inputs of what reduce returned; `count`: the inputs;
+    `mean()`: total / count; `seconds`: wall time; `chunks`: chunks run."""
+
+    def __init__(self, total, count, seconds, chunks):
+        self.total, self.count, self.seconds, self.chunks = total, count, seconds, chunks
+
+    def mean(self):
+        return {k: v / self.count for k, v in self.total.items()}
+
+    def __getitem__(self, key):
+        return self.total[key]
+
+    def __repr__(self):
+        return "<attngraph.SweepResult: %d inputs, keys %s>" % (self.count, ", ".join(sorted(self.total)))
+
+
+def attention_entropy(a):
+    """Entropy (nats) of each attention row of `a`, averaged over the rows: one number per
+    leading index (per head for a (h, n, m) attention tensor)."""
+    a = np.asarray(a, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        terms = np.where(a > 0, -a * np.log(a), 0.0)
+    return terms.sum(axis=-1).mean(axis=-1)
+
+
+_GRAPHS = {}  # digest -> Graph, per process (a worker parses a graph once)
+
+
+def _graph(text, digest):
+    g = _GRAPHS.get(digest)
+    if g is None:
+        import attngraph
+        g = _GRAPHS[digest] = attngraph.parse(text)
+    return g
+
+
+def _add(total, part):
+    for k, v in part.items():
+        v = np.asarray(v, dtype=np.float64)
+        total[k] = v.copy() if k not in total else total[k] + v
+    return total
+
+
+def _run_chunk(text, digest, inputs, reduce, trace, threads):
+    """Runs one chunk; returns (sum of reduce over its inputs in order, count)."""
+    g = _graph(text, digest)
+    total = {}
+    for x in inputs:
+        _add(total, reduce(g.run(x, trace=trace, threads=threads)))
+    return total, len(inputs)
+
+
+def _chunks(inputs_iter, size):
+    chunk = []
+    for x in inputs_iter:
+        chunk.append(x)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+class _Progress:
+    """'sweep: 40/100 inputs, 2.1 s' on stderr, rewritten in place; only on a terminal and
+    only once the sweep has taken a second."""
+
+    def __init__(self, total, enabled):
+        self.total, self.start, self.shown = total, time.monotonic(), False
+        self.enabled = sys.stderr.isatty() if enabled is None else enabled
+        self.after = 1.0  # seconds before the line appears; ATTNGRAPH_PROGRESS_AFTER as for the CLI
+        try:
+            self.after = max(0.0, float(os.environ.get("ATTNGRAPH_PROGRESS_AFTER", "1")))
+        except ValueError:
+            pass
+
+    def update(self, done):
+        elapsed = time.monotonic() - self.start
+        if not self.enabled or elapsed < self.after:
+            return
+        of = "/%d" % self.total if self.total is not None else ""
+        sys.stderr.write("\rsweep: %d%s inputs, %.1f s " % (done, of, elapsed))
+        sys.stderr.flush()
+        self.shown = True
+
+    def close(self):
+        if self.shown:
+            sys.stderr.write("\n")
+            sys.stderr.flush()
+
+
+def sweep(graph, inputs_iter, reduce, client=None, chunk=8, trace=True, threads=1, progress=None):
+    """Runs `graph` on every input of `inputs_iter` (dicts {tensor name: array}) and returns
+    a SweepResult holding the sum over inputs of `reduce(trace)` (a dict of numbers or
+    arrays), computed where the runs happen: traces never travel.
+
+    client: None runs in-process; a dask.distributed Client spreads the chunks over its
+    workers. The result is bit-identical either way (chunks of `chunk` inputs, summed in
+    input order). `trace` chooses the kept values (True, or globs such as ["*.A"]);
+    `threads` is each run's thread count. `progress` (None: when stderr is a terminal)
+    shows inputs done and elapsed time on stderr."""
+    text = graph.to_json()
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    total_inputs = len(inputs_iter) if hasattr(inputs_iter, "__len__") else None
+    bar = _Progress(total_inputs, progress)
+    start = time.monotonic()
+    total, count, nchunks = {}, 0, 0
+    try:
+        if client is None:
+            for c in _chunks(inputs_iter, chunk):
+                part, n = _run_chunk(text, digest, c, reduce, trace, threads)
+                _add(total, part)
+                count += n
+                nchunks += 1
+                bar.update(count)
+        else:
+            from distributed import as_completed
+            # the graph text travels with each task: a broadcast scatter of it was lost now and
+            # then ("failed to acquire keys", the chunk cancelled) when a worker fetched it
+            futures = [client.submit(_run_chunk, text, digest, c, reduce, trace, threads, pure=False)
+                       for c in _chunks(inputs_iter, chunk)]
+            order = {f.key: i for i, f in enumerate(futures)}
+            done = [None] * len(futures)
+            next_index = 0
+            for f in as_completed(futures):
+                done[order[f.key]] = f.result()
+                f.release()
+                while next_index < len(done) and done[next_index] is not None:  # combine in input order
+                    part, n = done[next_index]
+                    done[next_index] = ()
+                    _add(total, part)
+                    count += n
+                    next_index += 1
+                    bar.update(count)
+            nchunks = len(futures)
+    finally:
+        bar.close()
+    return SweepResult(total, count, time.monotonic() - start, nchunks)

@@ -1,0 +1,516 @@
+// The attngraph Python module's compiled part (attngraph._core): graphs, runs, traces,
+// gradients, patching and reports over the C++ library. python/attngraph/__init__.py
+// builds the public surface on it. Tensors leave as read-only numpy arrays that share the
+// run's buffers (each array keeps its buffer alive); the GIL is released while a graph runs.
+#include <pybind11/functional.h>
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+#include <pybind11/stl/filesystem.h>
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <sstream>
+
+#include "engine/autodiff.hpp"
+#include "engine/builder.hpp"
+#include "engine/error.hpp"
+#include "engine/executor.hpp"
+#include "engine/graph_file.hpp"
+#include "engine/op.hpp"
+#include "engine/patch.hpp"
+#include "engine/trace.hpp"
+#include "graphs/variants.hpp"
+#include "graphs/weights_from.hpp"
+#include "inspect/report.hpp"
+#include "inspect/trace_dir.hpp"
+#include "onnx/import.hpp"
+
+namespace py = pybind11;
+namespace fs = std::filesystem;
+using namespace attngraph;
+
+namespace {
+
+using GraphPtr = std::shared_ptr<Graph>;
+
+// ---- numpy <-> Tensor -------------------------------------------------------------------
+
+/// A read-only numpy view of a tensor; the array holds a reference to the tensor.
+py::array to_numpy(std::shared_ptr<const Tensor> t) {
+    auto* owner = new std::shared_ptr<const Tensor>(t);
+    py::capsule base(owner, [](void* p) { delete static_cast<std::shared_ptr<const Tensor>*>(p); });
+    const Shape shape = t->shape();
+    py::array out = t->visit([&](const auto& a) -> py::array {
+        using T = typename std::decay_t<decltype(a)>::value_type;
+        std::vector<py::ssize_t> strides(shape.size());
+        py::ssize_t stride = sizeof(T);
+        for (std::size_t i = shape.size(); i-- > 0;) {
+            strides[i] = stride;
+            stride *= static_cast<py::ssize_t>(shape[i]);
+        }
+        return py::array(py::dtype::of<T>(), std::vector<py::ssize_t>(shape.begin(), shape.end()), strides, a.data(),
+                         base);
+    });
+    out.attr("flags").attr("writeable") = false;
+    return out;
+}
+
+/// A tensor from any numeric numpy array: f32 and f64 as they are, other dtypes (integers,
+/// booleans, f16) converted to f64 the way --input converts them; then cast to `dtype`.
+Tensor from_numpy(const py::handle& obj, DType dtype, const std::string& what) {
+    py::array any = py::array::ensure(obj);
+    if (!any) throw ShapeError(what + ": expected a numpy array, got " + std::string(py::str(obj.get_type())));
+    const char kind = any.dtype().kind();
+    if (kind != 'f' && kind != 'i' && kind != 'u' && kind != 'b')
+        throw GraphError(what + ": numpy dtype " + std::string(py::str(any.dtype())) +
+                         " is not a number (expected float32 or float64)");
+    Shape shape(any.shape(), any.shape() + any.ndim());
+    if (any.dtype().is(py::dtype::of<float>())) {
+        auto a = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(any);
+        Array<float> arr = Array<float>::from_shape(shape);
+        std::copy(a.data(), a.data() + a.size(), arr.data());
+        return Tensor(std::move(arr)).cast(dtype);
+    }
+    auto a = py::array_t<double, py::array::c_style | py::array::forcecast>::ensure(any);
+    Array<double> arr = Array<double>::from_shape(shape);
+    std::copy(a.data(), a.data() + a.size(), arr.data());
+    return Tensor(std::move(arr)).cast(dtype);
+}
+
+// ---- errors ---------------------------------------------------------------------------------
+
+/// A Python exception raised in a patch hook, carried through the executor's threads.
+struct HookFailed : std::exception {
+    std::shared_ptr<py::error_already_set> error;
+    const char* what() const noexcept override { return "patch hook raised"; }
+};
+
+// ---- runs -----------------------------------------------------------------------------------
+
+struct PyResult {
+    GraphPtr graph;
+    RunResult result;
+    std::vector<std::string> only;
+    std::vector<std::string> tokens;
+    std::set<std::string> patched;
+    bool traced = false;
+
+    Trace trace() const {
+        Trace t = make_trace(*graph, result, traced ? only : std::vector<std::string>{});
+        t.tokens = tokens;
+        mark_patched(t, patched);
+        return t;
+    }
+};
+
+GraphPtr with_inputs(const GraphPtr& graph, const py::dict& inputs) {
+    if (inputs.empty()) return graph;
+    std::map<std::string, Tensor> replacements;
+    for (auto [k, v] : inputs) {
+        const std::string name = py::cast<std::string>(k);
+        const int id = graph->find(name);
+        if (id < 0)
+            throw GraphError("input " + name + ": graph '" + graph->name() + "' has no tensor named '" + name + "'");
+        if (graph->value(id).kind == ValueKind::node)
+            throw GraphError("input " + name + ": '" + name +
+                             "' is a node output, not a tensor (patch it with patch={'" + name + "': ...})");
+        replacements[name] = from_numpy(v, graph->dtype(), "input " + name);
+    }
+    return std::make_shared<Graph>(graph->with_tensors(replacements));
+}
+
+std::function<Tensor(const Tensor&)> make_hook(const py::function& fn, DType dtype, const std::string& name) {
+    return [fn, dtype, name](const Tensor& value) -> Tensor {
+        py::gil_scoped_acquire gil;
+        try {
+            py::object out = fn(to_numpy(std::make_shared<const Tensor>(value)));
+            return from_numpy(out, dtype, "patch hook of '" + name + "'");
+        } catch (py::error_already_set& e) {
+            HookFailed failed;
+            failed.error = std::make_shared<py::error_already_set>(std::move(e));
+            throw failed;
+        }
+    };
+}
+
+/// Fills options.patches / hooks from {name: array or callable}.
+void set_patches(const Graph& graph, RunOptions& options, const py::dict& patch) {
+    for (auto [k, v] : patch) {
+        const std::string name = py::cast<std::string>(k);
+        if (py::isinstance<py::function>(v))
+            add_hook(graph, options, name, make_hook(py::reinterpret_borrow<py::function>(v), graph.dtype(), name));
+        else
+            add_patch(graph, options, name, from_numpy(v, graph.dtype(), "patch " + name));
+    }
+}
+
+RunResult run_released(const Graph& graph, const RunOptions& options) {
+    try {
+        py::gil_scoped_release release;
+        return attngraph::run(graph, options);
+    } catch (HookFailed& failed) {
+        failed.error->restore();
+        throw py::error_already_set();
+    }
+}
+
+PyResult run_graph(const GraphPtr& graph0, const py::dict& inputs, const py::object& trace, int threads,
+                   const py::dict& patch, const std::optional<std::vector<std::string>>& tokens, bool keep_all) {
+    PyResult r;
+    r.graph = with_inputs(graph0, inputs);
+    RunOptions options;
+    options.threads = threads;
+    options.keep_all = keep_all;
+    if (py::isinstance<py::bool_>(trace)) {
+        options.trace = trace.cast<bool>();
+    } else if (py::isinstance<py::str>(trace)) {
+        options.trace = true;
+        options.trace_only = {trace.cast<std::string>()};
+    } else if (!trace.is_none()) {
+        options.trace = true;
+        options.trace_only = trace.cast<std::vector<std::string>>();
+    }
+    set_patches(*r.graph, options, patch);
+    r.patched = patched_names(*r.graph, options);
+    r.result = run_released(*r.graph, options);
+    r.only = options.trace_only;
+    r.traced = options.trace;
+    r.tokens = tokens ? *tokens : r.graph->tokens();
+    if (!r.result.complete) throw Error("node '" + r.result.stopped_at + "' output has " + r.result.stop_reason);
+    return r;
+}
+
+py::array result_get(const PyResult& r, const std::string& name) {
+    const int id = r.graph->find(name);
+    if (id < 0) throw py::key_error("graph '" + r.graph->name() + "' has no value named '" + name + "'");
+    const auto& v = r.result.values[static_cast<std::size_t>(id)];
+    if (!v)
+        throw py::key_error("value '" + name + "' was not kept by this run (run with trace=True or trace=['" + name +
+                            "'])");
+    return to_numpy(v);
+}
+
+std::vector<std::string> result_names(const PyResult& r) {
+    std::vector<std::string> names;
+    if (r.traced)
+        for (const auto& e : r.trace().entries) names.push_back(e.name);
+    for (int id : r.graph->outputs())
+        if (std::find(names.begin(), names.end(), r.graph->value(id).name) == names.end())
+            names.push_back(r.graph->value(id).name);
+    return names;
+}
+
+fs::path temp_dir(const std::string& what) {
+    static int counter = 0;
+    return fs::temp_directory_path() /
+           ("attngraph-py-" + what + "-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
+}
+
+std::string result_report(const PyResult& r, std::size_t max_side) {
+    const fs::path dir = temp_dir("report");
+    struct Cleanup {
+        fs::path p;
+        ~Cleanup() {
+            std::error_code ec;
+            fs::remove_all(p, ec);
+        }
+    } cleanup{dir};
+    write_trace(r.trace(), dir, TraceFormat::npy, false);
+    inspect::ReportOptions options;
+    options.max_side = max_side;
+    return inspect::report_html(inspect::TraceDir(dir), options);
+}
+
+// ---- gradients ------------------------------------------------------------------------------
+
+struct PyGrad {
+    PyResult forward;
+    std::shared_ptr<Gradients> grads;
+};
+
+PyGrad grad_graph(const GraphPtr& graph0, const py::dict& inputs, const std::vector<std::string>& wrt,
+                  const py::dict& output_grads, const py::dict& patch, int threads,
+                  const std::optional<std::vector<std::string>>& tokens) {
+    PyGrad out;
+    GraphPtr graph = with_inputs(graph0, inputs);
+    if (!patch.empty()) {
+        // the patched values as the patched run computes them, then frozen as constants
+        PyResult patched = run_graph(graph, {}, py::bool_(false), threads, patch, tokens, true);
+        std::map<std::string, Tensor> frozen;
+        for (const auto& name : patched.patched)
+            frozen[name] = *patched.result.values[static_cast<std::size_t>(graph->at(name))];
+        graph = std::make_shared<Graph>(freeze_values(*graph, frozen));
+        out.forward.patched = patched.patched;
+    }
+    std::map<std::string, Tensor> gs;
+    for (auto [k, v] : output_grads) {
+        const std::string name = py::cast<std::string>(k);
+        gs[name] = from_numpy(v, graph->dtype(), "output_grads " + name);
+    }
+    RunOptions options;
+    options.threads = threads;
+    options.keep_all = true;
+    BackwardOptions bo;
+    bo.wrt = wrt;
+    bo.threads = threads;
+    out.forward.graph = graph;
+    out.forward.tokens = tokens ? *tokens : graph->tokens();
+    out.forward.traced = true;
+    {
+        py::gil_scoped_release release;
+        out.forward.result = attngraph::run(*graph, options);
+        out.grads = std::make_shared<Gradients>(backward(*graph, out.forward.result, gs, bo));
+    }
+    return out;
+}
+
+// ---- graphs ----------------------------------------------------------------------------------
+
+std::string check_table(const Graph& graph) {
+    std::string out;
+    char line[512];
+    auto add = [&](const std::string& a, const std::string& b, const std::string& c, const std::string& d) {
+        std::snprintf(line, sizeof line, "%-20s %-10s %-12s %s", a.c_str(), b.c_str(), c.c_str(), d.c_str());
+        std::string l = line;
+        while (!l.empty() && l.back() == ' ') l.pop_back();
+        out += l + "\n";
+    };
+    out += "graph '" + graph.name() + "': " + to_string(graph.dtype()) + ", " + std::to_string(graph.nodes().size()) +
+           " nodes, ok\n";
+    add("name", "kind/op", "shape", "inputs");
+    for (const auto& v : graph.values())
+        if (v.data) add(v.name, to_string(v.kind), shape_str(v.shape), "");
+    for (const auto& n : graph.nodes()) {
+        std::string inputs;
+        for (int id : n.inputs) inputs += (inputs.empty() ? "" : ", ") + graph.value(id).name;
+        for (int id : n.outputs) add(graph.value(id).name, n.op->name, shape_str(graph.value(id).shape), inputs);
+    }
+    std::string outs;
+    for (int id : graph.outputs()) outs += (outs.empty() ? "" : ", ") + graph.value(id).name;
+    out += "outputs: " + outs + "\n";
+    return out;
+}
+
+/// One row per value: name, kind, op, shape, inputs.
+py::list node_rows(const Graph& graph) {
+    py::list rows;
+    for (const auto& v : graph.values()) {
+        py::dict row;
+        row["name"] = v.name;
+        row["kind"] = to_string(v.kind);
+        row["op"] = v.producer >= 0 ? graph.nodes()[static_cast<std::size_t>(v.producer)].op->name : "";
+        row["shape"] = py::tuple(py::cast(v.shape));
+        std::vector<std::string> inputs;
+        if (v.producer >= 0)
+            for (int id : graph.nodes()[static_cast<std::size_t>(v.producer)].inputs)
+                inputs.push_back(graph.value(id).name);
+        row["inputs"] = inputs;
+        rows.append(row);
+    }
+    return rows;
+}
+
+std::vector<std::string> output_names(const Graph& g) {
+    std::vector<std::string> names;
+    for (int id : g.outputs()) names.push_back(g.value(id).name);
+    return names;
+}
+
+/// Output shapes of `op` with attributes `attrs` (JSON text) on inputs of `shapes`.
+std::vector<Shape> infer(const std::string& op, const std::string& attrs, const std::vector<Shape>& shapes,
+                         const std::string& name, const std::vector<std::string>& operands) {
+    const OpDef& def = OpRegistry::instance().get(op);
+    const std::string where = "node '" + name + "' (" + op + ")";
+    const nlohmann::json j = nlohmann::json::parse(attrs);
+    const NodeAttrs a = def.parse_attrs(j, where);
+    return def.infer_shapes_at(a, shapes, where, [&] {
+        std::string text;
+        for (std::size_t i = 0; i < operands.size() && i < shapes.size(); ++i)
+            text += (i ? ", " : "") + operands[i] + " (" + shape_str(shapes[i]) + ")";
+        return text;
+    });
+}
+
+GraphPtr build(const std::string& name, const std::string& dtype, const std::vector<std::string>& tokens,
+               const py::list& tensors, const py::list& nodes, const std::vector<std::string>& outputs) {
+    const DType dt = parse_dtype(dtype);
+    GraphBuilder b(name, dt);
+    b.set_tokens(tokens);
+    for (const auto& t : tensors) {
+        const auto tup = t.cast<py::tuple>();
+        const std::string tname = tup[0].cast<std::string>(), kind = tup[1].cast<std::string>();
+        b.add_tensor(tname, kind == "input" ? ValueKind::input : ValueKind::param,
+                     from_numpy(tup[2], dt, "tensor " + tname));
+    }
+    for (const auto& n : nodes) {
+        const auto tup = n.cast<py::tuple>();
+        const std::string nname = tup[0].cast<std::string>(), op = tup[1].cast<std::string>();
+        const OpDef& def = OpRegistry::instance().get(op);
+        const nlohmann::json j = nlohmann::json::parse(tup[3].cast<std::string>());
+        b.add_node(nname, op, tup[2].cast<std::vector<std::string>>(),
+                   def.parse_attrs(j, "node '" + nname + "' (" + op + ")"));
+    }
+    for (const auto& o : outputs) b.add_output(o);
+    return std::make_shared<Graph>(b.build());
+}
+
+GraphPtr new_variant(const std::string& variant, std::size_t seq, std::size_t d_model, std::size_t heads,
+                     std::size_t groups, std::size_t batch, std::size_t kv_seq, std::size_t window, bool causal,
+                     const std::vector<int>& lengths, const std::string& dtype, std::uint64_t seed,
+                     const std::string& name, const std::string& weights_from, const std::string& prefix) {
+    graphs::VariantConfig c;
+    c.variant = variant;
+    c.seq = seq;
+    c.d_model = d_model;
+    c.heads = heads;
+    c.groups = groups;
+    c.batch = batch;
+    c.kv_seq = kv_seq;
+    c.window = window;
+    c.causal = causal;
+    c.lengths = lengths;
+    c.dtype = parse_dtype(dtype);
+    c.seed = seed;
+    c.name = name;
+    Graph g = graphs::build_variant(c);
+    if (!weights_from.empty()) g = graphs::with_weights_from(g, weights_from, prefix);
+    return std::make_shared<Graph>(std::move(g));
+}
+
+/// An ONNX model imported in memory, as the CLI's commands read a GRAPH.onnx: the graph,
+/// its (ONNX name, attngraph name) pairs and the importer's notes.
+py::tuple load_onnx(const fs::path& path, std::optional<std::string> dtype, const py::dict& input_shapes,
+                    bool allow_outside_paths) {
+    LoadOptions options;
+    if (dtype) options.dtype = parse_dtype(*dtype);
+    options.allow_outside_paths = allow_outside_paths;
+    ImportOptions io;
+    io.dtype = options.dtype.value_or(DType::f32);
+    for (auto [k, v] : input_shapes) io.input_shapes[py::cast<std::string>(k)] = py::cast<Shape>(v);
+    ImportedModel model;
+    {
+        py::gil_scoped_release release;
+        model = import_onnx(path, io);
+    }
+    const fs::path dir = path.parent_path().empty() ? fs::path(".") : path.parent_path();
+    auto graph = std::make_shared<Graph>(parse_graph(model.graph.dump(), dir, path.string(), options));
+    return py::make_tuple(graph, model.names, model.notes);
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_core, m) {
+    m.doc() = "attngraph's compiled core; use the attngraph package";
+
+    static py::exception<Error> error(m, "Error", PyExc_RuntimeError);
+    static py::exception<GraphError> graph_error(m, "GraphError", error.ptr());
+    static py::exception<ShapeError> shape_error(m, "ShapeError", error.ptr());
+    static py::exception<IoError> io_error(m, "IoError", error.ptr());
+    py::register_exception_translator([](std::exception_ptr p) {
+        try {
+            if (p) std::rethrow_exception(p);
+        } catch (const ShapeError& e) {
+            shape_error(e.what());
+        } catch (const GraphError& e) {
+            graph_error(e.what());
+        } catch (const IoError& e) {
+            io_error(e.what());
+        } catch (const Error& e) {
+            error(e.what());
+        }
+    });
+
+    py::class_<Graph, GraphPtr>(m, "Graph")
+        .def_property_readonly("name", &Graph::name)
+        .def_property_readonly("dtype", [](const Graph& g) { return to_string(g.dtype()); })
+        .def_property_readonly("tokens", &Graph::tokens)
+        .def_property_readonly("outputs", &output_names)
+        .def_property_readonly("names",
+                               [](const Graph& g) {
+                                   std::vector<std::string> names;
+                                   for (const auto& v : g.values()) names.push_back(v.name);
+                                   return names;
+                               })
+        .def("shape",
+             [](const Graph& g, const std::string& name) { return py::tuple(py::cast(g.value(g.at(name)).shape)); })
+        .def("kind", [](const Graph& g, const std::string& name) { return to_string(g.value(g.at(name)).kind); })
+        .def("tensor",
+             [](const Graph& g, const std::string& name) {
+                 const ValueInfo& v = g.value(g.at(name));
+                 if (!v.data)
+                     throw GraphError("'" + name + "' is a node output, not a tensor: run the graph to see it");
+                 return to_numpy(v.data);
+             })
+        .def("check_table", &check_table)
+        .def("rows", &node_rows)
+        .def("to_json", [](const Graph& g) { return graph_to_json(g).dump(2); })
+        .def("with_dtype", [](const Graph& g, const std::string& d) {
+            return std::make_shared<Graph>(g.with_dtype(parse_dtype(d)));
+        });
+
+    py::class_<PyResult>(m, "Result")
+        .def("get", &result_get)
+        .def_property_readonly("graph", [](const PyResult& r) { return r.graph; })
+        .def_property_readonly("names", &result_names)
+        .def_property_readonly("tokens", [](const PyResult& r) { return r.tokens; })
+        .def_property_readonly(
+            "patched", [](const PyResult& r) { return std::vector<std::string>(r.patched.begin(), r.patched.end()); })
+        .def("seconds",
+             [](const PyResult& r) {
+                 py::dict d;
+                 for (std::size_t i = 0; i < r.graph->nodes().size(); ++i)
+                     d[py::str(r.graph->nodes()[i].name)] = r.result.seconds[i];
+                 return d;
+             })
+        .def("save", [](const PyResult& r, const fs::path& dir, const std::string& format,
+                        bool force) { write_trace(r.trace(), dir, parse_trace_format(format), force); })
+        .def("text", [](const PyResult& r) { return trace_text(r.trace()); })
+        .def("report", &result_report);
+
+    py::class_<PyGrad>(m, "GradResult")
+        .def_property_readonly("forward", [](const PyGrad& g) { return g.forward; })
+        .def_property_readonly("names", [](const PyGrad& g) { return g.grads->names(); })
+        .def(
+            "get",
+            [](const PyGrad& g, const std::string& name) {
+                if (!g.grads->contains(name))
+                    throw py::key_error("no gradient of '" + name + "' (not requested with wrt=, or not in the graph)");
+                return to_numpy(std::make_shared<const Tensor>(g.grads->at(name)));
+            })
+        .def("save", [](const PyGrad& g, const fs::path& dir, bool force) {
+            write_grad_trace(g.forward.trace(), *g.grads, "L = sum(G * outputs)", dir, force);
+        });
+
+    m.def(
+        "load",
+        [](const fs::path& path, std::optional<std::string> dtype, bool allow_outside_paths) {
+            LoadOptions o;
+            if (dtype) o.dtype = parse_dtype(*dtype);
+            o.allow_outside_paths = allow_outside_paths;
+            return std::make_shared<Graph>(load_graph(path, o));
+        },
+        py::arg("path"), py::arg("dtype") = std::nullopt, py::arg("allow_outside_paths") = false);
+    m.def("load_onnx", &load_onnx, py::arg("path"), py::arg("dtype") = std::nullopt,
+          py::arg("input_shapes") = py::dict(), py::arg("allow_outside_paths") = false);
+    m.def(
+        "parse",
+        [](const std::string& text, const fs::path& base_dir) {
+            return std::make_shared<Graph>(parse_graph(text, base_dir, "graph"));
+        },
+        py::arg("text"), py::arg("base_dir") = fs::path("."));
+    m.def("run", &run_graph, py::arg("graph"), py::arg("inputs"), py::arg("trace"), py::arg("threads"),
+          py::arg("patch"), py::arg("tokens"), py::arg("keep_all") = false);
+    m.def("grad", &grad_graph, py::arg("graph"), py::arg("inputs"), py::arg("wrt"), py::arg("output_grads"),
+          py::arg("patch"), py::arg("threads"), py::arg("tokens"));
+    m.def("infer", &infer);
+    m.def("build", &build);
+    m.def("new_variant", &new_variant);
+    m.def("variants", [] {
+        std::vector<std::pair<std::string, std::string>> out;
+        for (const auto& v : graphs::variant_list()) out.emplace_back(v.name, v.description);
+        return out;
+    });
+}

@@ -1,0 +1,237 @@
+"""The attngraph package: load, run, trace, zero-copy arrays, save/diff, grad, new, report,
+dtype conversion, errors, building graphs from Python, the GIL released while a graph runs.
+Reference values: the seed document's matrices (tests/data/seed_values.json) and numpy."""
+import json
+import subprocess
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import attngraph
+
+
+def seed_x():
+    return np.array([[1, 0, 0, 1], [0, 1, 1, 0], [1, 1, 0, 0]], dtype=np.float32)
+
+
+def test_load_run_trace_matches_the_seed_document(seed_path, seed_values):
+    g = attngraph.load(seed_path)
+    assert g.name == "seed_mha" and g.outputs == ["Y"] and g.dtype == "f32"
+    r = g.run(trace=True, threads=2)
+    assert set(r.names) == set(seed_values)
+    for name, rows in seed_values.items():
+        np.testing.assert_allclose(r[name], np.array(rows), atol=1e-5, err_msg=name)
+    assert list(r.outputs) == ["Y"]
+    assert r["head1.A"].dtype == np.float32
+
+
+def test_trace_globs_keep_only_matching_values(seed_path):
+    r = attngraph.load(seed_path).run(trace=["head*.A"])
+    assert set(r.names) == {"head1.A", "head2.A", "Y"}
+    with pytest.raises(KeyError, match="not kept"):
+        r["head1.S"]
+    with pytest.raises(KeyError, match="no value named"):
+        r["nope"]
+
+
+def test_arrays_share_the_run_buffer_and_keep_it_alive(seed_path):
+    g = attngraph.load(seed_path)
+    r = g.run(trace=True)
+    a = r["head1.A"]
+    b = r["head1.A"]
+    assert np.shares_memory(a, b)  # zero-copy: both views of the run's one buffer
+    assert not a.flags.writeable and not a.flags.owndata
+    before = a.copy()
+    del r
+    for _ in range(3):
+        g.run({"X": np.ones((3, 4), np.float32)}, trace=True)  # later runs never write into it
+    np.testing.assert_array_equal(a, before)
+
+
+def test_inputs_in_f64_and_other_dtypes_are_converted(seed_path, seed_values):
+    g = attngraph.load(seed_path)
+    x = seed_x()
+    ref = g.run({"X": x})["Y"]
+    for conv in (x.astype(np.float64), x.astype(np.int64), x.astype(bool), x.astype(np.float16), x.astype(np.uint8)):
+        np.testing.assert_array_equal(g.run({"X": conv})["Y"], ref)
+    g64 = attngraph.load(seed_path, dtype="f64")
+    y64 = g64.run({"X": x})["Y"]
+    assert y64.dtype == np.float64
+    np.testing.assert_allclose(y64, np.array(seed_values["Y"]), atol=1e-5)
+    with pytest.raises(attngraph.GraphError, match="not a number"):
+        g.run({"X": np.array([["a"] * 4] * 3)})
+    # a non-contiguous view is read as its values
+    wide = np.zeros((3, 8), np.float32)
+    wide[:, ::2] = x
+    np.testing.assert_array_equal(g.run({"X": wide[:, ::2]})["Y"], ref)
+
+
+def test_errors_carry_the_cli_message(seed_path, tmp_path, cli):
+    g = attngraph.load(seed_path)
+    with pytest.raises(attngraph.ShapeError) as e:
+        g.run({"X": np.zeros((3, 5), np.float32)})
+    assert issubclass(attngraph.ShapeError, attngraph.Error)
+    np.save(tmp_path / "x.npy", np.zeros((3, 5), np.float32))
+    p = subprocess.run([cli, "run", str(seed_path), "--input", "X=%s" % (tmp_path / "x.npy")],
+                       capture_output=True, text=True)
+    assert p.returncode == 1
+    # the CLI adds where the input came from; the rest is the library's one line
+    assert str(e.value) in p.stderr
+    assert "\n" not in str(e.value)
+    with pytest.raises(attngraph.GraphError, match="has no tensor named 'Z'"):
+        g.run({"Z": np.zeros(1)})
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"tensors": {}, "nodes": [{"name": "a", "op": "Nope", "inputs": []}], "outputs": ["a"]}')
+    with pytest.raises(attngraph.GraphError) as e:
+        attngraph.load(bad)
+    p = subprocess.run([cli, "check", str(bad)], capture_output=True, text=True)
+    assert p.stderr == "error: %s\n" % e.value
+    with pytest.raises(attngraph.IoError):
+        attngraph.load(tmp_path / "missing.json")
+
+
+def test_save_writes_the_cli_trace_format(seed_path, tmp_path, cli):
+    g = attngraph.load(seed_path)
+    g.run(trace=True).save(tmp_path / "py")
+    subprocess.run([cli, "run", str(seed_path), "--trace", str(tmp_path / "cli")], check=True, capture_output=True)
+    p = subprocess.run([cli, "diff", str(tmp_path / "py"), str(tmp_path / "cli")], capture_output=True, text=True)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "all 33 common values agree" in p.stdout
+    for name in ("head1.A", "Y"):
+        assert (tmp_path / "py" / (name + ".npy")).read_bytes() == (tmp_path / "cli" / (name + ".npy")).read_bytes()
+    p = subprocess.run([cli, "report", str(tmp_path / "py"), "-o", str(tmp_path / "r.html")],
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    with pytest.raises(attngraph.IoError):
+        g.run(trace=True).save(tmp_path / "py")  # not empty, no force
+    g.run(trace=True).save(tmp_path / "py", force=True)
+
+
+def test_report_and_repr_html(seed_path):
+    r = attngraph.load(seed_path).run(trace=True, tokens=["a", "bb", "ccc"])
+    page = r.report()
+    assert page.startswith("<!DOCTYPE html>") or page.lstrip().lower().startswith("<!doctype html")
+    assert "head2.A" in page and "ccc" in page
+    frame = r._repr_html_()
+    assert frame.startswith("<iframe") and "head2.A" in frame
+    assert r.tokens == ["a", "bb", "ccc"]
+
+
+def test_tokens_label_the_trace(seed_path, tmp_path):
+    r = attngraph.load(seed_path).run(trace=True, tokens=["x", "y", "z"])
+    r.save(tmp_path / "t")
+    assert json.loads((tmp_path / "t" / "manifest.json").read_text())["tokens"] == ["x", "y", "z"]
+    assert "x" in r.text()
+
+
+def test_grad_against_numpy():
+    # L = sum(softmax(X W) V): checked against finite differences in f64 and the closed form for V
+    rng = np.random.default_rng(3)
+    x, w, v = rng.normal(size=(3, 4)), rng.normal(size=(4, 3)), rng.normal(size=(3, 2))
+    b = attngraph.Builder("small", dtype="f64")
+    X, W, V = b.input("X", x), b.param("W", w), b.param("V", v)
+    A = attngraph.softmax(X @ W).named("A")
+    b.output((A @ V).named("Y"))
+    g = b.build()
+    gr = g.grad(wrt=["W", "V", "A"])
+    s = x @ w
+    a = np.exp(s - s.max(-1, keepdims=True))
+    a /= a.sum(-1, keepdims=True)
+    np.testing.assert_allclose(gr["V"], a.T @ np.ones((3, 2)), rtol=1e-12)
+    np.testing.assert_allclose(gr["A"], np.ones((3, 2)) @ v.T, rtol=1e-12)
+
+    def loss(w_):
+        s_ = x @ w_
+        a_ = np.exp(s_ - s_.max(-1, keepdims=True))
+        a_ /= a_.sum(-1, keepdims=True)
+        return (a_ @ v).sum()
+
+    num = np.zeros_like(w)
+    for i in np.ndindex(*w.shape):
+        d = np.zeros_like(w)
+        d[i] = 1e-6
+        num[i] = (loss(w + d) - loss(w - d)) / 2e-6
+    np.testing.assert_allclose(gr["W"], num, atol=1e-7)
+    np.testing.assert_allclose(gr.forward["Y"], a @ v, rtol=1e-12)
+    gy = np.full((3, 2), 2.0)
+    np.testing.assert_allclose(g.grad(wrt="V", output_grads={"Y": gy})["V"], a.T @ gy, rtol=1e-12)
+
+
+def test_new_variant_and_check_table(cli, tmp_path):
+    g = attngraph.new("gqa", seq=5, d_model=8, heads=4, groups=2)
+    assert g.shape("X") == (5, 8) and g.shape("Y") == (5, 8)
+    p = subprocess.run([cli, "new", "gqa", "--seq", "5", "--d-model", "8", "--heads", "4", "--groups", "2",
+                        "-o", str(tmp_path / "g.json")], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    p = subprocess.run([cli, "check", str(tmp_path / "g.json")], capture_output=True, text=True)
+    assert [l.rstrip() for l in p.stdout.splitlines()] == attngraph.load(tmp_path / "g.json").check().splitlines()
+    table = g.check()
+    assert "A                    Softmax    2x2x5x5      S" in table
+    row = next(r for r in table.rows if r["name"] == "A")
+    assert row["op"] == "Softmax" and row["shape"] == (2, 2, 5, 5)
+    r_py = g.run({"X": np.ones((5, 8), np.float32)})
+    r_cli = attngraph.load(tmp_path / "g.json").run({"X": np.ones((5, 8), np.float32)})
+    np.testing.assert_array_equal(r_py["Y"], r_cli["Y"])
+    assert "gqa" in attngraph.variants()
+    with pytest.raises(attngraph.GraphError):
+        attngraph.new("gqa", heads=4, groups=3)
+
+
+def test_builder_operators_match_numpy():
+    rng = np.random.default_rng(0)
+    x, wq, wk, wv = (rng.normal(size=s).astype(np.float32) for s in [(3, 4), (4, 2), (4, 2), (4, 2)])
+    b = attngraph.Builder("attn", tokens=["a", "b", "c"])
+    X = b.input("X", x)
+    q = attngraph.linear(X, b.param("Wq", wq)).named("Q")
+    k = attngraph.linear(X, b.param("Wk", wk)).named("K")
+    v = attngraph.linear(X, b.param("Wv", wv)).named("V")
+    s = ((q @ k.mT) * (1 / np.sqrt(2))).named("S")
+    a = attngraph.softmax(s).named("A")
+    o = (a @ v).named("O")
+    y = (o + o).transpose([1, 0]).named("Yt")
+    assert y.shape == (2, 3)
+    b.output(y)
+    g = b.build()
+    r = g.run(trace=True)
+    s_ref = (x @ wq) @ (x @ wk).T / np.sqrt(2)
+    a_ref = np.exp(s_ref - s_ref.max(-1, keepdims=True))
+    a_ref /= a_ref.sum(-1, keepdims=True)
+    np.testing.assert_allclose(r["A"], a_ref, rtol=1e-5)
+    np.testing.assert_allclose(r["Yt"], (2 * a_ref @ (x @ wv)).T, rtol=1e-5)
+    assert g.tokens == ["a", "b", "c"]
+    with pytest.raises(attngraph.ShapeError, match="MatMul"):
+        q @ q
+    with pytest.raises(attngraph.GraphError):
+        q * q
+
+
+def test_graph_pickles_as_its_file(seed_path):
+    import pickle
+    g = attngraph.load(seed_path)
+    h = pickle.loads(pickle.dumps(g))
+    np.testing.assert_array_equal(g.run()["Y"], h.run()["Y"])
+
+
+def test_the_gil_is_released_while_a_graph_runs():
+    # one thread runs a large graph once; the main thread counts in Python meanwhile. With
+    # the GIL held for the whole run it could not count until the run returned.
+    g = attngraph.new("mha-batched", seq=512, d_model=512, heads=4)
+    x = np.ones((512, 512), np.float32)
+    ticks = []
+    started, finished = threading.Event(), threading.Event()
+
+    def work():
+        started.set()
+        g.run({"X": x}, threads=1)
+        finished.set()
+
+    t = threading.Thread(target=work)
+    t.start()
+    started.wait()
+    while not finished.is_set():
+        ticks.append(1)
+        time.sleep(0.0005)
+    t.join()
+    assert len(ticks) > 10

@@ -1,0 +1,380 @@
+// ONNX import through the CLI: a torch-style model (names like "/attn/MatMul_output_0", shape
+// arithmetic to fold) runs with its values checked against a plain-loop reference; `check`
+// prints the name map; `import` writes a graph file; and every kind of bad input gives one
+// `error:` line naming what is wrong. The models are written here with the ONNX project's
+// protobuf classes.
+#include <boost/test/unit_test.hpp>
+
+#include <cmath>
+
+#include <onnx/onnx_pb.h>
+
+#include "engine/npy.hpp"
+#include "support/helpers.hpp"
+
+using namespace attngraph;
+using namespace attngraph::test;
+namespace fs = std::filesystem;
+
+namespace {
+
+using TP = onnx::TensorProto;
+
+void add_input(onnx::GraphProto& g, const std::string& name, const std::vector<std::int64_t>& dims,
+               int type = TP::FLOAT, const std::string& symbolic = "") {
+    auto* v = g.add_input();
+    v->set_name(name);
+    auto* t = v->mutable_type()->mutable_tensor_type();
+    t->set_elem_type(type);
+    for (auto d : dims) t->mutable_shape()->add_dim()->set_dim_value(d);
+    if (!symbolic.empty()) t->mutable_shape()->add_dim()->set_dim_param(symbolic);
+}
+
+void add_output(onnx::GraphProto& g, const std::string& name) {
+    auto* v = g.add_output();
+    v->set_name(name);
+    v->mutable_type()->mutable_tensor_type()->set_elem_type(TP::FLOAT);
+}
+
+TP* add_init(onnx::GraphProto& g, const std::string& name, const std::vector<std::int64_t>& dims,
+             const std::vector<float>& values) {
+    auto* t = g.add_initializer();
+    t->set_name(name);
+    t->set_data_type(TP::FLOAT);
+    for (auto d : dims) t->add_dims(d);
+    for (float v : values) t->add_float_data(v);
+    return t;
+}
+
+onnx::NodeProto* add_node(onnx::GraphProto& g, const std::string& op, const std::vector<std::string>& in,
+                          const std::vector<std::string>& out, const std::string& name = "") {
+    auto* n = g.add_node();
+    n->set_op_type(op);
+    n->set_name(name.empty() ? out.at(0) : name);
+    for (const auto& i : in) n->add_input(i);
+    for (const auto& o : out) n->add_output(o);
+    return n;
+}
+
+onnx::ModelProto model_of(const onnx::GraphProto& g) {
+    onnx::ModelProto m;
+    m.set_ir_version(8);
+    auto* op = m.add_opset_import();
+    op->set_version(17);
+    *m.mutable_graph() = g;
+    return m;
+}
+
+void write(const onnx::ModelProto& m, const fs::path& p) {
+    std::ofstream out(p, std::ios::binary);
+    m.SerializeToOstream(&out);
+}
+
+// X (2x3) -> /attn/MatMul (X·W) -> + b -> reshaped through Shape/Gather/Concat arithmetic ->
+// Softmax over the last axis -> Y (2x4)
+onnx::GraphProto torch_style() {
+    onnx::GraphProto g;
+    g.set_name("tiny");
+    add_input(g, "input.1", {2, 3});
+    add_init(g, "attn.W", {3, 4}, {0.5f, -1, 0.25f, 2, 1, 0, -0.5f, 0.75f, -1.5f, 0.125f, 1, -0.25f});
+    add_init(g, "attn.b", {4}, {0.1f, -0.2f, 0.3f, 0});
+    add_node(g, "MatMul", {"input.1", "attn.W"}, {"/attn/MatMul_output_0"}, "/attn/MatMul");
+    add_node(g, "Add", {"/attn/MatMul_output_0", "attn.b"}, {"/attn/Add_output_0"}, "/attn/Add");
+    add_node(g, "Shape", {"/attn/Add_output_0"}, {"/attn/Shape_output_0"}, "/attn/Shape");
+    auto* c = add_node(g, "Constant", {}, {"/attn/Constant_output_0"}, "/attn/Constant");
+    auto* a = c->add_attribute();
+    a->set_name("value");
+    a->set_type(onnx::AttributeProto::TENSOR);
+    a->mutable_t()->set_data_type(TP::INT64);
+    a->mutable_t()->add_int64_data(0);
+    add_node(g, "Gather", {"/attn/Shape_output_0", "/attn/Constant_output_0"}, {"/attn/Gather_output_0"},
+             "/attn/Gather");
+    auto* u = add_node(g, "Unsqueeze", {"/attn/Gather_output_0", "/attn/axes"}, {"/attn/Unsqueeze_output_0"},
+                       "/attn/Unsqueeze");
+    (void)u;
+    auto* axes = g.add_initializer();
+    axes->set_name("/attn/axes");
+    axes->set_data_type(TP::INT64);
+    axes->add_dims(1);
+    axes->add_int64_data(0);
+    auto* minus1 = g.add_initializer();
+    minus1->set_name("/attn/minus1");
+    minus1->set_data_type(TP::INT64);
+    minus1->add_dims(1);
+    minus1->add_int64_data(-1);
+    add_node(g, "Concat", {"/attn/Unsqueeze_output_0", "/attn/minus1"}, {"/attn/Concat_output_0"}, "/attn/Concat")
+        ->add_attribute()
+        ->set_name("axis");
+    add_node(g, "Reshape", {"/attn/Add_output_0", "/attn/Concat_output_0"}, {"/attn/Reshape_output_0"},
+             "/attn/Reshape");
+    auto* sm = add_node(g, "Softmax", {"/attn/Reshape_output_0"}, {"Y"}, "/attn/Softmax");
+    auto* ax = sm->add_attribute();
+    ax->set_name("axis");
+    ax->set_type(onnx::AttributeProto::INT);
+    ax->set_i(-1);
+    add_output(g, "Y");
+    // Concat's axis attribute: 0
+    for (auto& n : *g.mutable_node())
+        if (n.op_type() == "Concat") {
+            n.mutable_attribute(0)->set_type(onnx::AttributeProto::INT);
+            n.mutable_attribute(0)->set_i(0);
+        }
+    return g;
+}
+
+std::vector<double> reference_y(const std::vector<double>& x) {
+    const double W[3][4] = {{0.5, -1, 0.25, 2}, {1, 0, -0.5, 0.75}, {-1.5, 0.125, 1, -0.25}};
+    const double b[4] = {0.1, -0.2, 0.3, 0};
+    std::vector<double> y;
+    for (int i = 0; i < 2; ++i) {
+        double s[4], m = -INFINITY, sum = 0;
+        for (int j = 0; j < 4; ++j) {
+            s[j] = b[j];
+            for (int k = 0; k < 3; ++k) s[j] += x[i * 3 + k] * W[k][j];
+            m = std::max(m, s[j]);
+        }
+        for (double& v : s) sum += (v = std::exp(v - m));
+        for (double v : s) y.push_back(v / sum);
+    }
+    return y;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(onnx_import)
+
+BOOST_AUTO_TEST_CASE(a_torch_style_model_runs_and_is_traced_under_sanitised_names) {
+    TempDir tmp;
+    write(model_of(torch_style()), tmp.path / "tiny.onnx");
+    const std::vector<double> x = {1, 2, 3, -1, 0.5, 0.25};
+    Array<float> xa = xt::zeros<float>(Shape{2, 3});
+    for (std::size_t i = 0; i < 6; ++i) xa.data()[i] = static_cast<float>(x[i]);
+    save_npy(tmp.path / "x.npy", Tensor(xa));
+    const CliResult r = run_cli("run tiny.onnx --input input.1=x.npy --trace t", tmp.path);
+    BOOST_TEST_REQUIRE(r.code == 0, r.err);
+    const Tensor y = load_npy(tmp.path / "t" / "Y.npy");
+    const auto want = reference_y(x);
+    BOOST_TEST_REQUIRE(y.size() == 8u);
+    for (std::size_t i = 0; i < 8; ++i) BOOST_TEST(std::fabs(y.at_flat(i) - want[i]) <= 1e-6, i);
+    // the intermediate keeps its ONNX name, sanitised; folded shape arithmetic has no entry
+    BOOST_TEST(fs::exists(tmp.path / "t" / "attn.MatMul_output_0.npy"));
+    BOOST_TEST(fs::exists(tmp.path / "t" / "input.1.npy"));
+    BOOST_TEST(!fs::exists(tmp.path / "t" / "attn.Shape_output_0.npy"));
+    // manifest.json records each entry's ONNX name
+    const auto manifest = nlohmann::json::parse(slurp(tmp.path / "t" / "manifest.json"));
+    std::map<std::string, std::string> onnx_of;
+    for (const auto& e : manifest["entries"]) onnx_of[e["name"]] = e.value("onnx_name", std::string());
+    BOOST_TEST(onnx_of["attn.MatMul_output_0"] == "/attn/MatMul_output_0");
+    BOOST_TEST(onnx_of["input.1"] == "input.1");
+    BOOST_TEST(onnx_of["Y"] == "Y");
+    BOOST_TEST(onnx_of.count("attn.Shape_output_0") == 0u);
+
+    const CliResult c = run_cli("check tiny.onnx", tmp.path);
+    BOOST_TEST_REQUIRE(c.code == 0, c.err);
+    BOOST_TEST(c.out.find("ONNX name -> attngraph name") != std::string::npos, c.out);
+    BOOST_TEST(c.out.find("  /attn/MatMul_output_0 -> attn.MatMul_output_0\n") != std::string::npos, c.out);
+    BOOST_TEST(c.out.find("  attn.W -> attn.W\n") != std::string::npos, c.out);
+    BOOST_TEST(c.out.find("Shape_output_0") == std::string::npos, c.out);
+
+    const CliResult imp = run_cli("import tiny.onnx -o g.json", tmp.path);
+    BOOST_TEST_REQUIRE(imp.code == 0, imp.err);
+    const CliResult again = run_cli("import tiny.onnx -o g.json", tmp.path);
+    BOOST_TEST(again.code == 1);
+    BOOST_TEST(again.err.find("exists (use --force") != std::string::npos, again.err);
+    const CliResult rj = run_cli("run g.json --input input.1=x.npy --trace tj", tmp.path);
+    BOOST_TEST_REQUIRE(rj.code == 0, rj.err);
+    BOOST_TEST((load_npy(tmp.path / "tj" / "Y.npy") == y));  // the graph file gives the same bits
+}
+
+BOOST_AUTO_TEST_CASE(bad_models_give_one_error_line) {
+    TempDir tmp;
+    const auto expect_error = [&](const std::string& args, const std::string& part) {
+        const CliResult r = run_cli(args, tmp.path);
+        BOOST_TEST(r.code == 1, args);
+        BOOST_TEST(r.err.rfind("error: ", 0) == 0, r.err);
+        BOOST_TEST(std::count(r.err.begin(), r.err.end(), '\n') == 1, r.err);
+        BOOST_TEST(r.err.find(part) != std::string::npos, args << ": " << r.err);
+        BOOST_TEST(!fs::exists(tmp.path / "out.json"));
+    };
+    // not ONNX, truncated
+    std::ofstream(tmp.path / "text.onnx") << "this is not a protobuf";
+    expect_error("import text.onnx -o out.json", "text.onnx: not an ONNX model");
+    onnx::ModelProto good = model_of(torch_style());
+    std::string bytes;
+    good.SerializeToString(&bytes);
+    std::ofstream(tmp.path / "cut.onnx", std::ios::binary) << bytes.substr(0, bytes.size() / 2);
+    expect_error("import cut.onnx -o out.json", "cut.onnx: not an ONNX model");
+    // an unsupported op names op, node and the docs
+    {
+        onnx::GraphProto g;
+        add_input(g, "X", {2, 2});
+        add_node(g, "LSTM", {"X"}, {"Y"}, "/rnn/LSTM");
+        add_output(g, "Y");
+        write(model_of(g), tmp.path / "lstm.onnx");
+        expect_error("import lstm.onnx -o out.json",
+                     "lstm.onnx: node '/rnn/LSTM' (LSTM): op 'LSTM' is not supported on computed values (supported "
+                     "ops: docs/onnx.md)");
+    }
+    // an attribute the mapping does not read is refused (never ignored): file, node, op, shapes
+    {
+        onnx::GraphProto g;
+        add_input(g, "X", {2, 3});
+        auto* n = add_node(g, "LayerNormalization", {"X", "s"}, {"Y"}, "/ln/LayerNorm");
+        auto* a = n->add_attribute();
+        a->set_name("future_mode");
+        a->set_type(onnx::AttributeProto::INT);
+        a->set_i(1);
+        add_init(g, "s", {3}, {1, 1, 1});
+        add_output(g, "Y");
+        write(model_of(g), tmp.path / "attr.onnx");
+        expect_error("import attr.onnx -o out.json",
+                     "attr.onnx: node '/ln/LayerNorm' (LayerNormalization): attribute 'future_mode' is not "
+                     "supported; shapes (2x3), (3)");
+    }
+    // Pow with an exponent computed from the inputs: attngraph's Pow takes one constant exponent
+    {
+        onnx::GraphProto g;
+        add_input(g, "X", {2, 3});
+        add_input(g, "E", {3});
+        add_node(g, "Pow", {"X", "E"}, {"Y"}, "/pow");
+        add_output(g, "Y");
+        write(model_of(g), tmp.path / "pow.onnx");
+        expect_error("import pow.onnx -o out.json",
+                     "pow.onnx: node '/pow' (Pow): an exponent that is not one constant number is not supported "
+                     "(attngraph's Pow takes a scalar exponent); shapes (2x3), (3)");
+    }
+    // Attention with 3-D inputs and no head counts: attention() names the node, op and shapes
+    {
+        onnx::GraphProto g;
+        for (const char* x : {"Q", "K", "V"}) add_input(g, x, {1, 4, 8});
+        add_node(g, "Attention", {"Q", "K", "V"}, {"Y"}, "attn");
+        add_output(g, "Y");
+        onnx::ModelProto m = model_of(g);
+        m.mutable_opset_import(0)->set_version(23);
+        write(m, tmp.path / "heads.onnx");
+        expect_error("import heads.onnx -o out.json",
+                     "heads.onnx: node 'attn' (Attention): 3-D inputs need the attributes q_num_heads and "
+                     "kv_num_heads: Q (1x4x8), K (1x4x8), V (1x4x8)");
+    }
+    // a symbolic input dimension: named, with the way out
+    {
+        onnx::GraphProto g;
+        add_input(g, "X", {2}, TP::FLOAT, "seq");
+        add_node(g, "Softmax", {"X"}, {"Y"});
+        add_output(g, "Y");
+        write(model_of(g), tmp.path / "sym.onnx");
+        expect_error("check sym.onnx", "graph input 'X' has the symbolic dimension 'seq'");
+        // ... which --input resolves
+        save_npy(tmp.path / "x.npy", Tensor(Array<float>(xt::zeros<float>(Shape{2, 5}))));
+        BOOST_TEST(run_cli("check sym.onnx --input X=x.npy", tmp.path).code == 0);
+    }
+    // a reshape whose shape is computed from data cannot be resolved statically: the value is named
+    {
+        onnx::GraphProto g;
+        add_input(g, "X", {2, 3});
+        add_input(g, "S", {2});
+        add_node(g, "Reshape", {"X", "S"}, {"Y"});
+        add_output(g, "Y");
+        write(model_of(g), tmp.path / "dyn.onnx");
+        expect_error("check dyn.onnx", "shape 'S' is computed from the graph's inputs, not a constant");
+    }
+    // unsupported data types
+    {
+        onnx::GraphProto g;
+        add_input(g, "X", {2}, TP::STRING);
+        add_node(g, "Identity", {"X"}, {"Y"});
+        add_output(g, "Y");
+        write(model_of(g), tmp.path / "str.onnx");
+        expect_error("check str.onnx", "graph input 'X' has data type string, which attngraph does not support");
+        onnx::GraphProto h;
+        add_input(h, "X", {2});
+        auto* t = h.add_initializer();
+        t->set_name("C");
+        t->set_data_type(TP::COMPLEX64);
+        t->add_dims(2);
+        add_node(h, "Add", {"X", "C"}, {"Y"});
+        add_output(h, "Y");
+        write(model_of(h), tmp.path / "complex.onnx");
+        expect_error("check complex.onnx", "initializer 'C' has data type complex64");
+    }
+    // external data: missing, escaping the folder
+    const auto external = [&](const std::string& location, const std::string& file) {
+        onnx::GraphProto g;
+        add_input(g, "X", {2});
+        auto* t = g.add_initializer();
+        t->set_name("B");
+        t->set_data_type(TP::FLOAT);
+        t->add_dims(2);
+        t->set_data_location(TP::EXTERNAL);
+        auto* kv = t->add_external_data();
+        kv->set_key("location");
+        kv->set_value(location);
+        add_node(g, "Add", {"X", "B"}, {"Y"});
+        add_output(g, "Y");
+        write(model_of(g), tmp.path / file);
+    };
+    external("weights.bin", "ext.onnx");
+    expect_error("check ext.onnx", "initializer 'B': external data file 'weights.bin' is missing");
+    const float two[2] = {1.5f, -2.0f};
+    std::ofstream(tmp.path / "weights.bin", std::ios::binary).write(reinterpret_cast<const char*>(two), 8);
+    const CliResult ok = run_cli("run ext.onnx --trace te", tmp.path);
+    BOOST_TEST_REQUIRE(ok.code == 0, ok.err);
+    BOOST_TEST(load_npy(tmp.path / "te" / "B.npy").at_flat(1) == -2.0);
+    external("../weights.bin", "escape.onnx");
+    expect_error("check escape.onnx", "external data file '../weights.bin' leaves the model's folder");
+    external("/etc/passwd", "absolute.onnx");
+    expect_error("check absolute.onnx", "external data file '/etc/passwd' leaves the model's folder");
+    // a tensor over --max-memory is refused before its data is read
+    {
+        onnx::GraphProto g;
+        add_input(g, "X", {1000, 1000});
+        add_node(g, "Softmax", {"X"}, {"Y"});
+        add_output(g, "Y");
+        write(model_of(g), tmp.path / "big.onnx");
+        expect_error("check big.onnx --max-memory 1M",
+                     "graph input 'X' of shape (1000x1000) has 1000000 elements, over the limit");
+        onnx::GraphProto h;
+        add_input(h, "X", {2});
+        auto* t = h.add_initializer();
+        t->set_name("W");
+        t->set_data_type(TP::FLOAT);
+        t->add_dims(1000000);
+        t->add_dims(1000000);
+        add_node(h, "Add", {"X", "W"}, {"Y"});
+        add_output(h, "Y");
+        write(model_of(h), tmp.path / "huge.onnx");
+        expect_error("check huge.onnx",
+                     "initializer 'W' of shape (1000000x1000000) has 1000000000000 elements, over the limit");
+    }
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+// An imported Attention node expands into the named steps of ops/attention.cpp (<node>.S_raw,
+// <node>.A, ...), each traced; Y maps to the last step. Values: Q = K (one head, two rows),
+// V = identity, so Y = softmax(Q·Qᵀ / √2) row by row (hand computation).
+BOOST_AUTO_TEST_CASE(an_imported_attention_expands_into_traced_steps) {
+    TempDir tmp;
+    onnx::GraphProto g;
+    add_input(g, "Q", {1, 1, 2, 2});
+    add_init(g, "K", {1, 1, 2, 2}, {1, 0, 0, 1});
+    add_init(g, "V", {1, 1, 2, 2}, {1, 0, 0, 1});
+    add_node(g, "Attention", {"Q", "K", "V"}, {"Y"}, "/layer/attn");
+    add_output(g, "Y");
+    onnx::ModelProto m = model_of(g);
+    m.mutable_opset_import(0)->set_version(23);
+    write(m, tmp.path / "attn.onnx");
+    save_npy(tmp.path / "q.npy", Tensor(Array<float>({{{{1.0f, 0.0f}, {0.0f, 1.0f}}}})));
+    const CliResult r = run_cli("run attn.onnx --input Q=q.npy --trace t", tmp.path);
+    BOOST_TEST_REQUIRE(r.code == 0, r.err);
+    for (const char* step : {"layer.attn.KT", "layer.attn.S_raw", "layer.attn.S", "layer.attn.A", "layer.attn.O"})
+        BOOST_TEST(fs::exists(tmp.path / "t" / (std::string(step) + ".npy")), step);
+    const Tensor y = load_npy(tmp.path / "t" / "layer.attn.O.npy");
+    const double e = std::exp(1 / std::sqrt(2.0)), big = e / (e + 1), small = 1 / (e + 1);
+    BOOST_TEST(std::fabs(y.at_flat(0) - big) < 1e-6);
+    BOOST_TEST(std::fabs(y.at_flat(1) - small) < 1e-6);
+    BOOST_TEST(std::fabs(y.at_flat(2) - small) < 1e-6);
+    BOOST_TEST(std::fabs(y.at_flat(3) - big) < 1e-6);
+    const CliResult c = run_cli("check attn.onnx", tmp.path);
+    BOOST_TEST(c.out.find("  Y -> layer.attn.O\n") != std::string::npos, c.out);
+}

@@ -1,0 +1,74 @@
+// Real exports: torch.nn.MultiheadAttention and a hand-written causal attention module,
+// exported by Debian's python3-torch (tests/python/torch_export.py, opset 17, static shapes),
+// run by attngraph straight from the .onnx: Y matches PyTorch's within 1e-5 and the trace
+// holds the attention weights (checked against PyTorch's for the causal module). Without
+// python3-torch the test fails.
+#include <boost/test/unit_test.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/npy.hpp"
+#include "support/helpers.hpp"
+
+using namespace attngraph;
+using namespace attngraph::test;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string q(const fs::path& p) { return "'" + p.string() + "'"; }
+
+struct Exported {
+    TempDir tmp;
+    Exported() {
+        const std::string cmd = "/usr/bin/python3 " + q(source_dir() / "tests" / "python" / "torch_export.py") + " " +
+                                q(tmp.path) + " >" + q(tmp.path / "export.log") + " 2>&1";
+        BOOST_TEST_REQUIRE(std::system(cmd.c_str()) == 0,
+                           "python3-torch is needed (scripts/install-deps.sh): " << slurp(tmp.path / "export.log"));
+    }
+};
+
+// The trace entries whose op is `op`.
+std::vector<nlohmann::json> entries_of(const fs::path& trace, const std::string& op) {
+    std::vector<nlohmann::json> out;
+    const nlohmann::json manifest = nlohmann::json::parse(slurp(trace / "manifest.json"));
+    for (const auto& e : manifest["entries"])
+        if (e.value("op", std::string()) == op) out.push_back(e);
+    return out;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(torch_multihead_attention_runs_with_pytorchs_output) {
+    Exported ex;
+    const CliResult r = run_cli("run mha.onnx --input x=mha_x.npy --trace t", ex.tmp.path);
+    BOOST_TEST_REQUIRE(r.code == 0, r.err);
+    const Tensor y = load_npy(ex.tmp.path / "t" / "Y.npy"), want = load_npy(ex.tmp.path / "mha_y.npy");
+    BOOST_TEST(max_abs_diff(y, want.cast(y.dtype())) <= 1e-5);
+    // the attention weights: a softmax over 10 keys for 8 heads of 10 queries, rows summing to 1
+    const auto softmax = entries_of(ex.tmp.path / "t", "Softmax");
+    BOOST_TEST_REQUIRE(softmax.size() == 1u);
+    const Tensor a = load_npy(ex.tmp.path / "t" / softmax[0]["file"].get<std::string>());
+    BOOST_TEST(a.size() == 8u * 10 * 10);
+    BOOST_TEST(a.shape().back() == 10u);
+    for (std::size_t row = 0; row < a.size() / 10; ++row) {
+        double sum = 0;
+        for (std::size_t j = 0; j < 10; ++j) sum += a.at_flat(row * 10 + j);
+        BOOST_TEST(std::abs(sum - 1.0) <= 1e-5);
+    }
+    BOOST_TEST(!softmax[0]["onnx_name"].get<std::string>().empty());
+}
+
+BOOST_AUTO_TEST_CASE(hand_written_causal_attention_runs_with_pytorchs_output_and_weights) {
+    Exported ex;
+    const CliResult r = run_cli("run causal.onnx --input x=causal_x.npy --trace t", ex.tmp.path);
+    BOOST_TEST_REQUIRE(r.code == 0, r.err);
+    const Tensor y = load_npy(ex.tmp.path / "t" / "Y.npy"), want = load_npy(ex.tmp.path / "causal_y.npy");
+    BOOST_TEST(max_abs_diff(y, want.cast(y.dtype())) <= 1e-5);
+    const auto softmax = entries_of(ex.tmp.path / "t", "Softmax");
+    BOOST_TEST_REQUIRE(softmax.size() == 1u);
+    const Tensor a = load_npy(ex.tmp.path / "t" / softmax[0]["file"].get<std::string>());
+    const Tensor a_torch = load_npy(ex.tmp.path / "causal_attn.npy");
+    BOOST_TEST(max_abs_diff(a, a_torch.cast(a.dtype())) <= 1e-5);
+    BOOST_TEST(a.at_flat(1) == 0.0);  // query 0 sees key 0 only
+}

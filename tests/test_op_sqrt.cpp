@@ -1,0 +1,39 @@
+// Sqrt: shape rule, forward against hand-computed values and a plain loop over std:: math
+// (f64, f32; bit-identical at 1, 2 and 4 threads), backward against the engine's gradcheck.
+#include <boost/test/unit_test.hpp>
+
+#include "engine/error.hpp"
+#include "ops/ops.hpp"
+#include "support/vocab_check.hpp"
+
+using namespace attngraph;
+using namespace attngraph::test;
+
+BOOST_AUTO_TEST_CASE(shape_rule_keeps_the_shape) {
+    BOOST_TEST((shapes_of("Sqrt", nullptr, {{2, 3}})[0] == Shape{2, 3}));
+    BOOST_TEST((shapes_of("Sqrt", nullptr, {{}})[0] == Shape{}));
+    GraphBuilder g("t");
+    Value a = g.input("a", zeros(DType::f32, {2, 3}));
+    BOOST_CHECK_THROW(g.node("Sqrt", {a, a}, op_attrs("Sqrt", nullptr), "two"), GraphError);
+    BOOST_TEST((attngraph::sqrt(a).shape() == Shape{2, 3}));
+}
+
+BOOST_AUTO_TEST_CASE(forward_hand_computed) {
+    const Doubles y = run_one("Sqrt", nullptr, {values_of({3}, {4, 2, 0})}, DType::f64);
+    BOOST_TEST(rel_diff(y[0], values_of({3}, {2, 1.4142135623730951, 0})) < 1e-15);
+}
+
+BOOST_AUTO_TEST_CASE(forward_matches_plain_loop) {
+    // 12,150 elements: several fixed chunks, so the thread-count check splits the work
+    const Array<double> in = uniform_array({3, 50, 81}, 1, 0.05, 9);
+    Array<double> ref = in;
+    for (std::size_t i = 0; i < ref.size(); ++i) {
+        const double x = in.data()[i];
+        ref.data()[i] = std::sqrt(x);
+    }
+    check_against_reference("Sqrt", nullptr, {in}, {ref});
+}
+
+BOOST_AUTO_TEST_CASE(backward_matches_finite_differences) {
+    BOOST_TEST(grad_error("Sqrt", nullptr, {uniform_array({2, 3, 4}, 2, 0.35, 2)}) < 1e-7);
+}
