@@ -1113,11 +1113,20 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
         const auto outputs = static_cast<std::int64_t>(node.output_size());
         if (sizes.empty()) {
             const std::int64_t parts = attr_int(node, "num_outputs", outputs);
+            if (parts < 1 || parts > len)
+                throw ShapeError(where + ": num_outputs " + std::to_string(parts) + " cannot split axis " +
+                                 std::to_string(axis) + " of (" + shape_str(x.shape) + ") into non-empty pieces");
             const std::int64_t piece = (len + parts - 1) / parts;
-            for (std::int64_t k = 0; k < parts; ++k) sizes.push_back(std::min(piece, len - k * piece));
+            for (std::int64_t k = 0; k < parts && k * piece < len; ++k) sizes.push_back(std::min(piece, len - k * piece));
         }
         std::int64_t total = 0;
-        for (auto s : sizes) total += s;
+        for (auto s : sizes) {
+            if (s < 1 || s > len)
+                throw ShapeError(where + ": split size " + std::to_string(s) + " for axis " + std::to_string(axis) +
+                                 " of (" + shape_str(x.shape) + "): each piece needs 1 to " + std::to_string(len) +
+                                 " elements");
+            total += s;
+        }
         if (total != len || static_cast<std::int64_t>(sizes.size()) != outputs)
             throw ShapeError(where + ": sizes do not split axis " + std::to_string(axis) + " of (" +
                              shape_str(x.shape) + ")");
