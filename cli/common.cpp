@@ -91,8 +91,7 @@ Graph load_with_inputs(const GraphArgs& args, OnnxNames* onnx_names) {
         }
         const ImportedModel model = import_onnx(args.graph, io);
         for (const auto& note : model.notes) std::fprintf(stderr, "note: %s\n", note.c_str());
-        const auto dir = std::filesystem::path(args.graph).parent_path();
-        graph = parse_graph(model.graph.dump(), dir.empty() ? "." : dir, args.graph, options);
+        graph = to_graph(model, args.graph, options);
         for (const auto& [o, a] : model.names) from_onnx.emplace(o, a);
         if (onnx_names) *onnx_names = model.names;
     } else {

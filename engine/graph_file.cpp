@@ -161,16 +161,23 @@ private:
 
 Graph parse_graph(const std::string& text, const fs::path& base_dir, const std::string& origin,
                   const LoadOptions& options) {
+    json doc;
     try {
-        json doc;
-        try {
-            StrictDomParser handler(doc);
-            json::sax_parse(text, &handler);
-        } catch (const json::exception& e) {  // parse_error, or out_of_range for 1e400
-            std::string msg = e.what();
-            if (auto pos = msg.find("] "); pos != std::string::npos) msg = msg.substr(pos + 2);
-            throw GraphError("malformed JSON: " + msg);
-        }
+        StrictDomParser handler(doc);
+        json::sax_parse(text, &handler);
+    } catch (const json::exception& e) {  // parse_error, or out_of_range for 1e400
+        std::string msg = e.what();
+        if (auto pos = msg.find("] "); pos != std::string::npos) msg = msg.substr(pos + 2);
+        throw GraphError(origin + ": malformed JSON: " + msg);
+    } catch (const Error& e) {  // the handler's own checks (duplicate keys, nesting depth)
+        throw GraphError(origin + ": " + e.what());
+    }
+    return graph_from_document(doc, base_dir, origin, options);
+}
+
+Graph graph_from_document(const json& doc, const fs::path& base_dir, const std::string& origin,
+                          const LoadOptions& options, const std::map<std::string, Tensor>& supplied) {
+    try {
         if (!doc.is_object()) throw GraphError("a graph file must be a JSON object");
         check_keys(doc, {"name", "dtype", "tokens", "tensors", "nodes", "outputs", "description"}, "graph");
 
@@ -210,12 +217,20 @@ Graph parse_graph(const std::string& text, const fs::path& base_dir, const std::
             if (spec.contains("shape")) shape = parse_shape(spec["shape"], where, max_elements);
             const bool has_data = spec.contains("data"), has_npy = spec.contains("npy"),
                        has_st = spec.contains("safetensors");
-            if (int(has_data) + int(has_npy) + int(has_st) != 1)
+            const auto given = supplied.find(tname);
+            const bool has_given = given != supplied.end();
+            if (int(has_data) + int(has_npy) + int(has_st) + int(has_given) != 1)
                 throw GraphError(where + ": give exactly one of \"data\", \"npy\" and \"safetensors\"");
             if (!has_st && (spec.contains("key") || spec.contains("transpose")))
                 throw GraphError(where + ": \"key\" and \"transpose\" go with \"safetensors\"");
             Tensor t;
-            if (has_st) {
+            if (has_given) {
+                t = given->second.cast(dtype);
+                check_elements(t.shape(), where, max_elements);
+                if (shape && *shape != t.shape())
+                    throw ShapeError(where + ": \"shape\" (" + shape_str(*shape) + ") disagrees with its tensor (" +
+                                     shape_str(t.shape()) + ")");
+            } else if (has_st) {
                 if (!spec["safetensors"].is_string()) throw GraphError(where + ": \"safetensors\" must be a path string");
                 if (!spec.contains("key") || !spec["key"].is_string())
                     throw GraphError(where + ": \"safetensors\" needs a \"key\" string naming the tensor in the file");

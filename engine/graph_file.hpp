@@ -2,6 +2,7 @@
 // Graph files: the JSON format of README.md ("Graph file format"), read into a Graph through
 // GraphBuilder (so a file and C++ code give the same IR) and written back out.
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <string>
 
@@ -28,6 +29,12 @@ Graph load_graph(const std::filesystem::path& path, const LoadOptions& options =
 /// the source in errors.
 Graph parse_graph(const std::string& text, const std::filesystem::path& base_dir, const std::string& origin,
                   const LoadOptions& options = {});
+
+/// @brief Builds a graph from a parsed graph document. A tensor entry without "data", "npy"
+/// or "safetensors" takes its values from `supplied` (by name): an importer hands over its
+/// weights this way instead of writing them out as JSON numbers.
+Graph graph_from_document(const nlohmann::json& doc, const std::filesystem::path& base_dir, const std::string& origin,
+                          const LoadOptions& options = {}, const std::map<std::string, Tensor>& supplied = {});
 
 /// @brief The graph as a graph file: tensors inline as "data" (or, with weights_dir, written
 /// there as .npy and referenced relative to graph_dir).

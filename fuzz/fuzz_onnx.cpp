@@ -30,7 +30,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         const auto imported = attngraph::import_onnx(model, options);
         attngraph::LoadOptions load;
         load.max_bytes = std::size_t(1) << 24;
-        attngraph::parse_graph(imported.graph.dump(), dir, model.string(), load);
+        attngraph::to_graph(imported, model, load);
     } catch (const attngraph::Error&) {
     }
     return 0;

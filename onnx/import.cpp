@@ -353,19 +353,6 @@ Shape to_shape(const std::vector<std::int64_t>& s) {
     return {s.begin(), s.end()};
 }
 
-json nested(const std::vector<double>& v, const Shape& s, std::size_t axis, std::size_t& pos, bool as_float) {
-    if (axis == s.size()) {
-        const double x = as_float ? static_cast<double>(static_cast<float>(v[pos])) : v[pos];
-        ++pos;
-        if (std::isnan(x)) return "NaN";
-        if (std::isinf(x)) return x > 0 ? "Infinity" : "-Infinity";
-        return x;
-    }
-    json a = json::array();
-    for (std::size_t i = 0; i < s[axis]; ++i) a.push_back(nested(v, s, axis + 1, pos, as_float));
-    return a;
-}
-
 class Importer {
 public:
     Importer(const fs::path& path, const ImportOptions& options) : m_path(path), m_options(options) {
@@ -473,19 +460,14 @@ private:
                              " elements, over the limit of " + std::to_string(m_reader.max_elements) +
                              " (--max-memory)");
         const std::string name = unique(sanitize_onnx_name(vi.name()));
-        m_out.graph["tensors"][name] = {{"kind", "input"}, {"shape", shape}, {"data", zeros_json(shape)}};
+        m_out.graph["tensors"][name] = {{"kind", "input"}, {"shape", shape}};
+        m_out.tensors[name] = zeros(m_options.dtype, shape);
         m_out.names.emplace_back(vi.name(), name);
         Value v;
         v.name = name;
         v.shape = shape;
         v.elem_type = et;
         m_values[vi.name()] = std::move(v);
-    }
-
-    static json zeros_json(const Shape& shape) {
-        std::vector<double> z(element_count(shape), 0.0);
-        std::size_t pos = 0;
-        return nested(z, shape, 0, pos, false);
     }
 
     // The attngraph name of a value; a constant becomes a param on first use.
@@ -501,10 +483,14 @@ private:
                 if (std::fabs(x) > 16777216.0)
                     throw GraphError(m_where + ": constant '" + onnx_name + "' holds the integer " + std::to_string(x) +
                                      ", beyond 2^24: f32 cannot hold it exactly");
-        std::size_t pos = 0;
         const Shape s = to_shape(v.c.shape);
-        m_out.graph["tensors"][name] = {
-            {"kind", "param"}, {"shape", s}, {"data", nested(v.c.values, s, 0, pos, m_options.dtype == DType::f32)}};
+        m_out.graph["tensors"][name] = {{"kind", "param"}, {"shape", s}};
+        Tensor t = zeros(m_options.dtype, s);
+        t.visit([&](auto& a) {
+            using T = typename std::decay_t<decltype(a)>::value_type;
+            std::transform(v.c.values.begin(), v.c.values.end(), a.data(), [](double x) { return static_cast<T>(x); });
+        });
+        m_out.tensors[name] = std::move(t);
         if (!m_synthetic.count(onnx_name)) m_out.names.emplace_back(onnx_name, name);
         m_params[onnx_name] = name;
         return name;
@@ -1239,6 +1225,11 @@ ImportedModel import_onnx(const fs::path& model, const ImportOptions& options) {
     } catch (const std::exception& e) {
         throw IoError(model.string() + ": " + e.what());
     }
+}
+
+Graph to_graph(const ImportedModel& imported, const fs::path& model, const LoadOptions& options) {
+    const fs::path dir = model.parent_path().empty() ? fs::path(".") : model.parent_path();
+    return graph_from_document(imported.graph, dir, model.string(), options, imported.tensors);
 }
 
 }  // namespace attngraph

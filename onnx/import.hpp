@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/graph_file.hpp"
 #include "engine/tensor.hpp"
 
 namespace attngraph {
@@ -35,9 +36,14 @@ struct ImportOptions {
     std::size_t max_bytes = 0;
 };
 
-/// @brief The imported graph file and its ONNX -> attngraph name map.
+/// @brief The imported graph and its ONNX -> attngraph name map.
 struct ImportedModel {
+    /// the graph file, except that its tensor entries carry no data: their values are in
+    /// `tensors` (writing 100 MB of weights as JSON numbers and parsing them back is what made
+    /// importing slow); to_graph() puts the two together
     nlohmann::json graph;
+    /// every tensor entry's values (inputs as zeros), by attngraph name, in the import's dtype
+    std::map<std::string, Tensor> tensors;
     /// (ONNX name, attngraph name) for every graph input, initializer kept as a param and node
     /// output computed by the graph, in the model's order; folded values are not listed
     std::vector<std::pair<std::string, std::string>> names;
@@ -48,6 +54,9 @@ struct ImportedModel {
 /// @brief Imports a model; every error is an attngraph::Error whose message starts with the
 /// model's path and names the node, op or value concerned.
 ImportedModel import_onnx(const std::filesystem::path& model, const ImportOptions& options = {});
+
+/// @brief The Graph of an imported model (`model` names it in errors); `options` as for a graph file.
+Graph to_graph(const ImportedModel& imported, const std::filesystem::path& model, const LoadOptions& options = {});
 
 /// @brief Reads a serialized onnx.TensorProto (a backend test's input_K.pb / output_K.pb).
 OnnxTensor read_onnx_tensor(const std::filesystem::path& pb, std::string* name = nullptr);

@@ -395,8 +395,7 @@ py::tuple load_onnx(const fs::path& path, std::optional<std::string> dtype, cons
         py::gil_scoped_release release;
         model = import_onnx(path, io);
     }
-    const fs::path dir = path.parent_path().empty() ? fs::path(".") : path.parent_path();
-    auto graph = std::make_shared<Graph>(parse_graph(model.graph.dump(), dir, path.string(), options));
+    auto graph = std::make_shared<Graph>(to_graph(model, path, options));
     return py::make_tuple(graph, model.names, model.notes);
 }
 

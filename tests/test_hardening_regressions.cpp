@@ -41,7 +41,7 @@ BOOST_AUTO_TEST_CASE(every_regression_input_gives_its_typed_error) {
                 if (input.extension() == ".npy")
                     load_npy(input);
                 else if (input.extension() == ".onnx")
-                    parse_graph(import_onnx(input).graph.dump(), dir, input.string());
+                    to_graph(import_onnx(input), input);
                 else
                     load_graph(input);
             } catch (const Error& e) {

@@ -54,7 +54,7 @@ std::string run_case(const fs::path& dir) {
     }
     const ImportedModel imported = import_onnx(model, options);
     std::map<std::string, std::string> names(imported.names.begin(), imported.names.end());
-    Graph graph = parse_graph(imported.graph.dump(), dir, model.string());
+    Graph graph = to_graph(imported, model);
     std::map<std::string, Tensor> replacements;
     for (const auto& [name, t] : float_inputs) {
         Array<float> a = xt::zeros<float>(Shape(t.shape.begin(), t.shape.end()));
