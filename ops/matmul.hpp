@@ -62,6 +62,12 @@ struct MatMul {
         const T* a = in[0]->data();
         const T* b = in[1]->data();
         T* c = out[0]->data();
+        if (bs.size() == 2 && element_count(batch_of(as)) == batches) {
+            // a 2-D right operand (a weight): the batches of `a` are rows of one GEMM, as in
+            // Linear, so that MatMul + Add (an ONNX export's Linear) gives Linear's bits
+            gemm<T>(false, false, batches * m, n, k, T(1), a, k, b, n, T(0), c, n);
+            return;
+        }
         parallel_chunks(batches, 1, [&](std::size_t b0, std::size_t b1) {
             for (std::size_t i = b0; i < b1; ++i) {
                 const T* ai = a + broadcast_offset(i, batch, sa) * m * k;
