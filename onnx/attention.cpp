@@ -34,8 +34,8 @@ AttentionExpansion expand_attention(const std::string& name, const std::vector<s
     for (const auto& node : graph.nodes()) {
         nlohmann::json n = {{"name", node.name}, {"op", node.op->name}, {"inputs", nlohmann::json::array()}};
         for (int id : node.inputs) n["inputs"].push_back(graph.value(id).name);
-        nlohmann::json attrs = node.op->attrs_to_json(node.attrs);
-        if (!attrs.empty()) n["attrs"] = std::move(attrs);
+        nlohmann::json node_attrs = node.op->attrs_to_json(node.attrs);
+        if (!node_attrs.empty()) n["attrs"] = std::move(node_attrs);
         e.nodes.push_back(std::move(n));
     }
     for (const auto& value : graph.values()) e.shapes[value.name] = value.shape;
