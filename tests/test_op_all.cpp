@@ -4,6 +4,7 @@
 // finite differences (engine/gradcheck). The large samples are big enough for the ops' own
 // parallel chunks; every op registered must have samples. The op's own file
 // (test_op_<op>.cpp) checks its shape rule and its numbers against hand computation.
+#include <filesystem>
 #include <ostream>
 #include <set>
 
@@ -11,6 +12,7 @@
 #include <boost/test/data/test_case.hpp>
 #include <boost/test/unit_test.hpp>
 
+#include "support/helpers.hpp"
 #include "support/op_test.hpp"
 
 using namespace attngraph;
@@ -99,24 +101,36 @@ std::vector<Array<float>> to_f32(const std::vector<Array<double>>& in) {
 
 BOOST_AUTO_TEST_SUITE(every_op)
 
-BOOST_AUTO_TEST_CASE(every_op_has_samples) {
+BOOST_AUTO_TEST_CASE(every_op_has_samples_or_its_own_reference_test) {
     std::set<std::string> small_ops, large_ops;
     for (const auto& s : small) small_ops.insert(s.op);
     for (const auto& s : large) large_ops.insert(s.op);
-    // The vocabulary ops of issue 12 are still checked by their own files through
-    // support/vocab_check.hpp (forward against plain loops, 1/2/4 threads, gradcheck); until
-    // that harness is folded into this one they are listed here by name, so that any other
-    // op added without samples still fails this check.
-    const std::set<std::string> checked_elsewhere = {
-        "Neg", "Exp", "Log", "Tanh", "Sqrt", "Pow", "Sin", "Cos", "Mul", "Sub", "Div", "Where",
-        "Equal", "Less", "Greater", "ReduceSum", "ReduceMean", "ReduceMax", "Expand", "Gather", "Range",
-        "RMSNormalization", "LayerNormalization", "RotaryEmbedding"};
+    // An op without samples here (the vocabulary ops, whose inputs need particular values:
+    // indices, positions, conditions) is checked in a test_op_*.cpp of its own through the
+    // same harness: check_against_reference (definition and executor at every thread count,
+    // f32 and f64, against a plain loop) and, when it has a backward, gradcheck.
+    std::string own_tests;
+    for (const auto& entry : std::filesystem::directory_iterator(source_dir() / "tests"))
+        if (entry.path().filename().string().rfind("test_op_", 0) == 0 && entry.path().filename() != "test_op_all.cpp")
+            own_tests += slurp(entry.path());
     const auto names = OpRegistry::instance().names();
-    BOOST_TEST(names.size() >= 12u);
+    BOOST_TEST(names.size() >= 36u);
     for (const auto& name : names) {
-        if (checked_elsewhere.count(name)) continue;
-        BOOST_TEST(small_ops.count(name) == 1u, name << " has no small sample");
-        BOOST_TEST(large_ops.count(name) == 1u, name << " has no large sample");
+        if (op_def(name).expand) continue;  // composite: tested through its expansion's ops
+        if (small_ops.count(name) || large_ops.count(name)) {
+            BOOST_TEST(small_ops.count(name) == 1u, name << " has no small sample");
+            BOOST_TEST(large_ops.count(name) == 1u, name << " has no large sample");
+            continue;
+        }
+        BOOST_TEST(own_tests.find("check_against_reference(\"" + name + "\"") != std::string::npos,
+                   name << " has no samples here and no check_against_reference in a test_op_*.cpp");
+        const OpDef& def = op_def(name);
+        const int slots = def.max_inputs < 0 ? std::max(def.min_inputs, 1) : def.max_inputs;
+        bool takes_gradient = false;  // a backward and an input slot it writes
+        for (int i = 0; i < slots; ++i) takes_gradient = takes_gradient || def.has_grad(static_cast<std::size_t>(i));
+        if (def.backward<double>() && takes_gradient)
+            BOOST_TEST(own_tests.find("gradcheck(\"" + name + "\"") != std::string::npos,
+                       name << " has a backward but no gradcheck in a test_op_*.cpp");
     }
 }
 

@@ -5,20 +5,20 @@
 
 #include "engine/error.hpp"
 #include "ops/ops.hpp"
-#include "support/vocab_check.hpp"
+#include "support/op_test.hpp"
 
 using namespace attngraph;
 using namespace attngraph::test;
 
 BOOST_AUTO_TEST_CASE(shape_rule) {
-    BOOST_TEST((shapes_of("Expand", {{"shape", {2, 3}}}, {{3}})[0] == Shape{2, 3}));
-    BOOST_TEST((shapes_of("Expand", {{"shape", {2, 1, 1}}}, {{3, 4}})[0] == Shape{2, 3, 4}));  // a 1 keeps x's axis
-    BOOST_TEST((shapes_of("Expand", {{"shape", {4}}}, {{2, 1}})[0] == Shape{2, 4}));
-    BOOST_CHECK_THROW(shapes_of("Expand", {{"shape", {2, 4}}}, {{3}}), ShapeError);
-    BOOST_CHECK_THROW(shapes_of("Expand", {{"shape", {-1, 3}}}, {{3}}), ShapeError);
+    BOOST_TEST((infer("Expand", {{"shape", {2, 3}}}, {{3}})[0] == Shape{2, 3}));
+    BOOST_TEST((infer("Expand", {{"shape", {2, 1, 1}}}, {{3, 4}})[0] == Shape{2, 3, 4}));  // a 1 keeps x's axis
+    BOOST_TEST((infer("Expand", {{"shape", {4}}}, {{2, 1}})[0] == Shape{2, 4}));
+    BOOST_CHECK_THROW(infer("Expand", {{"shape", {2, 4}}}, {{3}}), ShapeError);
+    BOOST_CHECK_THROW(infer("Expand", {{"shape", {-1, 3}}}, {{3}}), ShapeError);
     BOOST_CHECK_THROW(op_attrs("Expand", nullptr), GraphError);  // shape is required
     try {
-        shapes_of("Expand", {{"shape", {2, 4}}}, {{3}});
+        infer("Expand", {{"shape", {2, 4}}}, {{3}});
     } catch (const ShapeError& e) {
         BOOST_TEST(std::string(e.what()).find("x (3) does not broadcast to shape [2x4]") != std::string::npos,
                    e.what());
@@ -29,8 +29,8 @@ BOOST_AUTO_TEST_CASE(shape_rule) {
 }
 
 BOOST_AUTO_TEST_CASE(forward_hand_computed) {
-    const Doubles y = run_one("Expand", {{"shape", {2, 3}}}, {values_of({2, 1}, {7, 8})}, DType::f64);
-    BOOST_TEST(rel_diff(y[0], values_of({2, 3}, {7, 7, 7, 8, 8, 8})) == 0.0);
+    const Doubles y = run_one("Expand", {{"shape", {2, 3}}}, {array_of({2, 1}, {7, 8})}, DType::f64);
+    BOOST_TEST(rel_diff(y[0], array_of({2, 3}, {7, 7, 7, 8, 8, 8})) == 0.0);
 }
 
 BOOST_AUTO_TEST_CASE(forward_matches_plain_loop) {
@@ -43,6 +43,6 @@ BOOST_AUTO_TEST_CASE(forward_matches_plain_loop) {
 }
 
 BOOST_AUTO_TEST_CASE(backward_matches_finite_differences) {
-    BOOST_TEST(grad_error("Expand", {{"shape", {2, 3, 4}}}, {uniform_array({3, 1}, 1)}) < 1e-8);
-    BOOST_TEST(grad_error("Expand", {{"shape", {2, 3}}}, {uniform_array({2, 3}, 2)}) < 1e-8);
+    BOOST_TEST(gradcheck("Expand", {{"shape", {2, 3, 4}}}, {uniform_array({3, 1}, 1)}) < 1e-8);
+    BOOST_TEST(gradcheck("Expand", {{"shape", {2, 3}}}, {uniform_array({2, 3}, 2)}) < 1e-8);
 }

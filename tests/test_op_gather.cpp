@@ -10,29 +10,29 @@
 #include "engine/error.hpp"
 #include "ops/ops.hpp"
 #include "support/helpers.hpp"
-#include "support/vocab_check.hpp"
+#include "support/op_test.hpp"
 
 using namespace attngraph;
 using namespace attngraph::test;
 
 BOOST_AUTO_TEST_CASE(shape_rule) {
-    BOOST_TEST((shapes_of("Gather", nullptr, {{5, 4}, {2, 3}})[0] == Shape{2, 3, 4}));
-    BOOST_TEST((shapes_of("Gather", {{"axis", 1}}, {{5, 4, 6}, {7}})[0] == Shape{5, 7, 6}));
-    BOOST_TEST((shapes_of("Gather", {{"axis", -1}}, {{5, 4}, {}})[0] == Shape{5}));  // a scalar index drops the axis
-    BOOST_CHECK_THROW(shapes_of("Gather", {{"axis", 2}}, {{5, 4}, {2}}), ShapeError);
-    BOOST_CHECK_THROW(shapes_of("Gather", nullptr, {{}, {2}}), ShapeError);
+    BOOST_TEST((infer("Gather", nullptr, {{5, 4}, {2, 3}})[0] == Shape{2, 3, 4}));
+    BOOST_TEST((infer("Gather", {{"axis", 1}}, {{5, 4, 6}, {7}})[0] == Shape{5, 7, 6}));
+    BOOST_TEST((infer("Gather", {{"axis", -1}}, {{5, 4}, {}})[0] == Shape{5}));  // a scalar index drops the axis
+    BOOST_CHECK_THROW(infer("Gather", {{"axis", 2}}, {{5, 4}, {2}}), ShapeError);
+    BOOST_CHECK_THROW(infer("Gather", nullptr, {{}, {2}}), ShapeError);
     GraphBuilder g("t");
     Value d = g.input("d", zeros(DType::f32, {5, 4})), i = g.input("i", zeros(DType::f32, {3}));
     BOOST_TEST((attngraph::gather(d, i, 0).shape() == Shape{3, 4}));
 }
 
 BOOST_AUTO_TEST_CASE(forward_hand_computed) {
-    const Array<double> data = values_of({3, 2}, {1, 2, 3, 4, 5, 6});
+    const Array<double> data = array_of({3, 2}, {1, 2, 3, 4, 5, 6});
     // ONNX's example: rows 0, 1 and 1, 2; then -1 is the last row
-    const Doubles y = run_one("Gather", nullptr, {data, values_of({2, 2}, {0, 1, 1, 2})}, DType::f64);
-    BOOST_TEST(rel_diff(y[0], values_of({2, 2, 2}, {1, 2, 3, 4, 3, 4, 5, 6})) == 0.0);
-    const Doubles z = run_one("Gather", {{"axis", 1}}, {data, values_of({2}, {-1, 0})}, DType::f64);
-    BOOST_TEST(rel_diff(z[0], values_of({3, 2}, {2, 1, 4, 3, 6, 5})) == 0.0);
+    const Doubles y = run_one("Gather", nullptr, {data, array_of({2, 2}, {0, 1, 1, 2})}, DType::f64);
+    BOOST_TEST(rel_diff(y[0], array_of({2, 2, 2}, {1, 2, 3, 4, 3, 4, 5, 6})) == 0.0);
+    const Doubles z = run_one("Gather", {{"axis", 1}}, {data, array_of({2}, {-1, 0})}, DType::f64);
+    BOOST_TEST(rel_diff(z[0], array_of({3, 2}, {2, 1, 4, 3, 6, 5})) == 0.0);
 }
 
 BOOST_AUTO_TEST_CASE(forward_matches_plain_loop) {
@@ -53,16 +53,16 @@ BOOST_AUTO_TEST_CASE(forward_matches_plain_loop) {
 
 BOOST_AUTO_TEST_CASE(backward_matches_finite_differences) {
     // a repeated index (1 twice) adds up; indices are not perturbed
-    std::vector<Tensor> in{Tensor(uniform_array({4, 3}, 1)), Tensor(values_of({2, 2}, {1, -1, 1, 0}))};
+    std::vector<Tensor> in{Tensor(uniform_array({4, 3}, 1)), Tensor(array_of({2, 2}, {1, -1, 1, 0}))};
     const GradcheckResult r = gradcheck_op("Gather", nullptr, in);
     BOOST_TEST(r.entries.size() == 1u);
     BOOST_TEST(r.max_rel_error < 1e-8);
-    BOOST_TEST(grad_error("Gather", {{"axis", -1}}, {uniform_array({2, 3, 5}, 2), values_of({3}, {4, 0, 4})}) < 1e-8);
+    BOOST_TEST(gradcheck("Gather", {{"axis", -1}}, {uniform_array({2, 3, 5}, 2), array_of({3}, {4, 0, 4})}) < 1e-8);
 }
 
 BOOST_AUTO_TEST_CASE(index_out_of_range_names_node_and_index) {
     GraphBuilder g("t", DType::f64);
-    Value d = g.input("d", Tensor(uniform_array({4, 3}, 1))), i = g.input("i", Tensor(values_of({3}, {0, 4, 1})));
+    Value d = g.input("d", Tensor(uniform_array({4, 3}, 1))), i = g.input("i", Tensor(array_of({3}, {0, 4, 1})));
     g.output(attngraph::gather(d, i, 0).named("rows"));
     const Graph graph = g.build();
     for (int threads : {1, 2}) {
@@ -78,11 +78,11 @@ BOOST_AUTO_TEST_CASE(index_out_of_range_names_node_and_index) {
             BOOST_TEST(msg.find("axis 0 of size 4") != std::string::npos, msg);
         }
     }
-    BOOST_CHECK_THROW(run_one("Gather", nullptr, {uniform_array({4, 3}, 1), values_of({1}, {-5})}, DType::f64),
+    BOOST_CHECK_THROW(run_one("Gather", nullptr, {uniform_array({4, 3}, 1), array_of({1}, {-5})}, DType::f64),
                       ValueError);
-    BOOST_CHECK_THROW(run_one("Gather", nullptr, {uniform_array({4, 3}, 1), values_of({1}, {1.5})}, DType::f64),
+    BOOST_CHECK_THROW(run_one("Gather", nullptr, {uniform_array({4, 3}, 1), array_of({1}, {1.5})}, DType::f64),
                       ValueError);
-    BOOST_TEST(run_one("Gather", nullptr, {uniform_array({4, 3}, 1), values_of({1}, {-4})}, DType::f64)[0].size() ==
+    BOOST_TEST(run_one("Gather", nullptr, {uniform_array({4, 3}, 1), array_of({1}, {-4})}, DType::f64)[0].size() ==
                3u);
 
     // through the command line: one error line naming the file, node and index; nothing written

@@ -6,20 +6,20 @@
 #include "engine/autodiff.hpp"
 #include "engine/error.hpp"
 #include "ops/ops.hpp"
-#include "support/vocab_check.hpp"
+#include "support/op_test.hpp"
 
 using namespace attngraph;
 using namespace attngraph::test;
 
 BOOST_AUTO_TEST_CASE(shape_rule_broadcasts) {
-    BOOST_TEST((shapes_of("Greater", nullptr, {{4, 1}, {1, 5}})[0] == Shape{4, 5}));
-    BOOST_CHECK_THROW(shapes_of("Greater", nullptr, {{2, 3}, {4}}), ShapeError);
+    BOOST_TEST((infer("Greater", nullptr, {{4, 1}, {1, 5}})[0] == Shape{4, 5}));
+    BOOST_CHECK_THROW(infer("Greater", nullptr, {{2, 3}, {4}}), ShapeError);
 }
 
 BOOST_AUTO_TEST_CASE(forward_hand_computed) {
     const Doubles y =
-        run_one("Greater", nullptr, {values_of({4}, {1, 3, 2, 0.5}), values_of({4}, {2, 1, 2, -1})}, DType::f64);
-    BOOST_TEST(rel_diff(y[0], values_of({4}, {0, 1, 0, 1})) == 0.0);
+        run_one("Greater", nullptr, {array_of({4}, {1, 3, 2, 0.5}), array_of({4}, {2, 1, 2, -1})}, DType::f64);
+    BOOST_TEST(rel_diff(y[0], array_of({4}, {0, 1, 0, 1})) == 0.0);
 }
 
 BOOST_AUTO_TEST_CASE(forward_matches_plain_loop) {
@@ -43,14 +43,14 @@ BOOST_AUTO_TEST_CASE(inputs_have_no_gradient) {
     BOOST_TEST(r.entries.empty());
     // x -> Greater(x, t) -> Mul with x: dL/dx comes from the Mul alone
     GraphBuilder g("t", DType::f64);
-    Value x = g.input("x", Tensor(values_of({3}, {1, 2, 3}))), t = g.input("t", Tensor(values_of({3}, {2, 2, 2})));
+    Value x = g.input("x", Tensor(array_of({3}, {1, 2, 3}))), t = g.input("t", Tensor(array_of({3}, {2, 2, 2})));
     g.output(attngraph::mul(attngraph::greater(x, t), x).named("y"));
     const Graph graph = g.build();
     RunOptions keep;
     keep.keep_all = true;
     const Gradients grads = backward(graph, run(graph, keep), {}, {});
-    Array<double> mask = values_of({3}, {0, 0, 0});
+    Array<double> mask = array_of({3}, {0, 0, 0});
     for (std::size_t i = 0; i < 3; ++i) mask(i) = (i + 1.0) > 2.0 ? 1.0 : 0.0;
     BOOST_TEST(rel_diff(grads.at("x").as<double>(), mask) == 0.0);
-    BOOST_TEST(rel_diff(grads.at("t").as<double>(), values_of({3}, {0, 0, 0})) == 0.0);
+    BOOST_TEST(rel_diff(grads.at("t").as<double>(), array_of({3}, {0, 0, 0})) == 0.0);
 }

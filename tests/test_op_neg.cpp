@@ -4,14 +4,14 @@
 
 #include "engine/error.hpp"
 #include "ops/ops.hpp"
-#include "support/vocab_check.hpp"
+#include "support/op_test.hpp"
 
 using namespace attngraph;
 using namespace attngraph::test;
 
 BOOST_AUTO_TEST_CASE(shape_rule_keeps_the_shape) {
-    BOOST_TEST((shapes_of("Neg", nullptr, {{2, 3}})[0] == Shape{2, 3}));
-    BOOST_TEST((shapes_of("Neg", nullptr, {{}})[0] == Shape{}));
+    BOOST_TEST((infer("Neg", nullptr, {{2, 3}})[0] == Shape{2, 3}));
+    BOOST_TEST((infer("Neg", nullptr, {{}})[0] == Shape{}));
     GraphBuilder g("t");
     Value a = g.input("a", zeros(DType::f32, {2, 3}));
     BOOST_CHECK_THROW(g.node("Neg", {a, a}, op_attrs("Neg", nullptr), "two"), GraphError);
@@ -19,8 +19,8 @@ BOOST_AUTO_TEST_CASE(shape_rule_keeps_the_shape) {
 }
 
 BOOST_AUTO_TEST_CASE(forward_hand_computed) {
-    const Doubles y = run_one("Neg", nullptr, {values_of({3}, {2.5, -1, 0})}, DType::f64);
-    BOOST_TEST(rel_diff(y[0], values_of({3}, {-2.5, 1, 0})) < 1e-15);
+    const Doubles y = run_one("Neg", nullptr, {array_of({3}, {2.5, -1, 0})}, DType::f64);
+    BOOST_TEST(rel_diff(y[0], array_of({3}, {-2.5, 1, 0})) < 1e-15);
 }
 
 BOOST_AUTO_TEST_CASE(forward_matches_plain_loop) {
@@ -35,5 +35,5 @@ BOOST_AUTO_TEST_CASE(forward_matches_plain_loop) {
 }
 
 BOOST_AUTO_TEST_CASE(backward_matches_finite_differences) {
-    BOOST_TEST(grad_error("Neg", nullptr, {uniform_array({2, 3, 4}, 2, -2, 2)}) < 1e-7);
+    BOOST_TEST(gradcheck("Neg", nullptr, {uniform_array({2, 3, 4}, 2, -2, 2)}) < 1e-7);
 }

@@ -10,13 +10,13 @@
 #include "engine/error.hpp"
 #include "ops/ops.hpp"
 #include "support/helpers.hpp"
-#include "support/vocab_check.hpp"
+#include "support/op_test.hpp"
 
 using namespace attngraph;
 using namespace attngraph::test;
 
 BOOST_AUTO_TEST_CASE(shape_rule_and_attributes) {
-    BOOST_TEST((shapes_of("Pow", {{"exponent", 2}}, {{2, 3}})[0] == Shape{2, 3}));
+    BOOST_TEST((infer("Pow", {{"exponent", 2}}, {{2, 3}})[0] == Shape{2, 3}));
     BOOST_CHECK_THROW(op_attrs("Pow", nullptr), GraphError);  // exponent is required
     BOOST_CHECK_THROW(op_attrs("Pow", {{"exponent", "two"}}), GraphError);
     GraphBuilder g("t");
@@ -26,20 +26,20 @@ BOOST_AUTO_TEST_CASE(shape_rule_and_attributes) {
 }
 
 BOOST_AUTO_TEST_CASE(forward_hand_computed) {
-    const Array<double> x = values_of({4}, {2, 3, -2, 0.25});
-    BOOST_TEST(rel_diff(run_one("Pow", {{"exponent", 2}}, {x}, DType::f64)[0], values_of({4}, {4, 9, 4, 0.0625})) ==
+    const Array<double> x = array_of({4}, {2, 3, -2, 0.25});
+    BOOST_TEST(rel_diff(run_one("Pow", {{"exponent", 2}}, {x}, DType::f64)[0], array_of({4}, {4, 9, 4, 0.0625})) ==
                0.0);
-    BOOST_TEST(rel_diff(run_one("Pow", {{"exponent", 3}}, {x}, DType::f64)[0], values_of({4}, {8, 27, -8, 0.015625})) <
+    BOOST_TEST(rel_diff(run_one("Pow", {{"exponent", 3}}, {x}, DType::f64)[0], array_of({4}, {8, 27, -8, 0.015625})) <
                1e-15);
     BOOST_TEST(rel_diff(run_one("Pow", {{"exponent", -1}}, {x}, DType::f64)[0],
-                        values_of({4}, {0.5, 1.0 / 3, -0.5, 4})) < 1e-15);
-    BOOST_TEST(rel_diff(run_one("Pow", {{"exponent", 0.5}}, {values_of({3}, {4, 9, 0})}, DType::f64)[0],
-                        values_of({3}, {2, 3, 0})) < 1e-15);
+                        array_of({4}, {0.5, 1.0 / 3, -0.5, 4})) < 1e-15);
+    BOOST_TEST(rel_diff(run_one("Pow", {{"exponent", 0.5}}, {array_of({3}, {4, 9, 0})}, DType::f64)[0],
+                        array_of({3}, {2, 3, 0})) < 1e-15);
 }
 
 BOOST_AUTO_TEST_CASE(negative_base_fractional_power_is_nan) {
     for (DType dt : {DType::f64, DType::f32}) {
-        const Doubles y = run_one("Pow", {{"exponent", 0.5}}, {values_of({3}, {4, -4, 1})}, dt);
+        const Doubles y = run_one("Pow", {{"exponent", 0.5}}, {array_of({3}, {4, -4, 1})}, dt);
         BOOST_TEST(y[0](0) == 2.0);
         BOOST_TEST(std::isnan(y[0](1)));
         BOOST_TEST(y[0](2) == 1.0);
@@ -62,8 +62,8 @@ BOOST_AUTO_TEST_CASE(forward_matches_plain_loop) {
 
 BOOST_AUTO_TEST_CASE(backward_matches_finite_differences) {
     for (double p : {2.0, 3.0, 0.5, -1.5, 1.0})
-        BOOST_TEST(grad_error("Pow", {{"exponent", p}}, {uniform_array({2, 3, 4}, 2, 0.3, 2)}) < 1e-7);
-    BOOST_TEST(grad_error("Pow", {{"exponent", 3}}, {uniform_array({2, 3}, 3, -2, 2)}) < 1e-7);
+        BOOST_TEST(gradcheck("Pow", {{"exponent", p}}, {uniform_array({2, 3, 4}, 2, 0.3, 2)}) < 1e-7);
+    BOOST_TEST(gradcheck("Pow", {{"exponent", 3}}, {uniform_array({2, 3}, 3, -2, 2)}) < 1e-7);
 }
 
 BOOST_AUTO_TEST_CASE(check_finite_names_the_nan_node) {

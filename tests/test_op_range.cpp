@@ -5,18 +5,18 @@
 
 #include "engine/error.hpp"
 #include "ops/ops.hpp"
-#include "support/vocab_check.hpp"
+#include "support/op_test.hpp"
 
 using namespace attngraph;
 using namespace attngraph::test;
 
 BOOST_AUTO_TEST_CASE(shape_rule) {
-    BOOST_TEST((shapes_of("Range", {{"limit", 5}}, {})[0] == Shape{5}));
-    BOOST_TEST((shapes_of("Range", {{"start", 1}, {"limit", 2}, {"delta", 0.3}}, {})[0] == Shape{4}));  // ceil(1/0.3)
-    BOOST_TEST((shapes_of("Range", {{"start", 10}, {"limit", 4}, {"delta", -3}}, {})[0] == Shape{2}));
-    BOOST_TEST((shapes_of("Range", {{"start", 3}, {"limit", 1}}, {})[0] == Shape{0}));
-    BOOST_CHECK_THROW(shapes_of("Range", {{"limit", 5}, {"delta", 0}}, {}), ShapeError);
-    BOOST_CHECK_THROW(shapes_of("Range", {{"limit", 1e12}}, {}), ShapeError);
+    BOOST_TEST((infer("Range", {{"limit", 5}}, {})[0] == Shape{5}));
+    BOOST_TEST((infer("Range", {{"start", 1}, {"limit", 2}, {"delta", 0.3}}, {})[0] == Shape{4}));  // ceil(1/0.3)
+    BOOST_TEST((infer("Range", {{"start", 10}, {"limit", 4}, {"delta", -3}}, {})[0] == Shape{2}));
+    BOOST_TEST((infer("Range", {{"start", 3}, {"limit", 1}}, {})[0] == Shape{0}));
+    BOOST_CHECK_THROW(infer("Range", {{"limit", 5}, {"delta", 0}}, {}), ShapeError);
+    BOOST_CHECK_THROW(infer("Range", {{"limit", 1e12}}, {}), ShapeError);
     BOOST_CHECK_THROW(op_attrs("Range", nullptr), GraphError);  // limit is required
     GraphBuilder g("t");
     BOOST_TEST((attngraph::range(g, 7).shape() == Shape{7}));
@@ -26,11 +26,11 @@ BOOST_AUTO_TEST_CASE(shape_rule) {
 }
 
 BOOST_AUTO_TEST_CASE(forward_hand_computed) {
-    BOOST_TEST(rel_diff(run_one("Range", {{"limit", 4}}, {}, DType::f64)[0], values_of({4}, {0, 1, 2, 3})) == 0.0);
+    BOOST_TEST(rel_diff(run_one("Range", {{"limit", 4}}, {}, DType::f64)[0], array_of({4}, {0, 1, 2, 3})) == 0.0);
     BOOST_TEST(rel_diff(run_one("Range", {{"start", 10}, {"limit", 4}, {"delta", -3}}, {}, DType::f64)[0],
-                        values_of({2}, {10, 7})) == 0.0);
+                        array_of({2}, {10, 7})) == 0.0);
     BOOST_TEST(rel_diff(run_one("Range", {{"start", 1}, {"limit", 2}, {"delta", 0.25}}, {}, DType::f32)[0],
-                        values_of({4}, {1, 1.25, 1.5, 1.75})) == 0.0);
+                        array_of({4}, {1, 1.25, 1.5, 1.75})) == 0.0);
 }
 
 BOOST_AUTO_TEST_CASE(forward_matches_plain_loop) {
@@ -44,9 +44,9 @@ BOOST_AUTO_TEST_CASE(position_indices_make_a_causal_keep) {
     GraphBuilder g("positions", DType::f64);
     Value q = reshape(range(g, 3).named("q_idx"), {3, 1});
     Value kv = range(g, 4).named("kv_idx");
-    g.output(sub(g.input("one", Tensor(values_of({}, {1}))), less(q, kv)).named("keep"));
+    g.output(sub(g.input("one", Tensor(array_of({}, {1}))), less(q, kv)).named("keep"));
     const Graph graph = g.build();
     const RunResult r = run(graph);
-    BOOST_TEST(rel_diff(r.at(graph, "keep").as<double>(), values_of({3, 4}, {1, 0, 0, 0, 1, 1, 0, 0, 1, 1, 1, 0})) ==
+    BOOST_TEST(rel_diff(r.at(graph, "keep").as<double>(), array_of({3, 4}, {1, 0, 0, 0, 1, 1, 0, 0, 1, 1, 1, 0})) ==
                0.0);
 }

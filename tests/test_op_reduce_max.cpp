@@ -7,33 +7,33 @@
 
 #include "engine/error.hpp"
 #include "ops/ops.hpp"
-#include "support/vocab_check.hpp"
+#include "support/op_test.hpp"
 
 using namespace attngraph;
 using namespace attngraph::test;
 using nlohmann::json;
 
 BOOST_AUTO_TEST_CASE(shape_rule) {
-    BOOST_TEST((shapes_of("ReduceMax", nullptr, {{2, 3, 4}})[0] == Shape{1, 1, 1}));
-    BOOST_TEST((shapes_of("ReduceMax", {{"keepdims", 0}}, {{2, 3, 4}})[0] == Shape{}));
-    BOOST_TEST((shapes_of("ReduceMax", {{"axes", {1}}}, {{2, 3, 4}})[0] == Shape{2, 1, 4}));
-    BOOST_TEST((shapes_of("ReduceMax", {{"axes", {-1, 0}}, {"keepdims", 0}}, {{2, 3, 4}})[0] == Shape{3}));
+    BOOST_TEST((infer("ReduceMax", nullptr, {{2, 3, 4}})[0] == Shape{1, 1, 1}));
+    BOOST_TEST((infer("ReduceMax", {{"keepdims", 0}}, {{2, 3, 4}})[0] == Shape{}));
+    BOOST_TEST((infer("ReduceMax", {{"axes", {1}}}, {{2, 3, 4}})[0] == Shape{2, 1, 4}));
+    BOOST_TEST((infer("ReduceMax", {{"axes", {-1, 0}}, {"keepdims", 0}}, {{2, 3, 4}})[0] == Shape{3}));
     BOOST_TEST(
-        (shapes_of("ReduceMax", {{"axes", json::array()}, {"noop_with_empty_axes", 1}}, {{2, 3}})[0] == Shape{2, 3}));
-    BOOST_CHECK_THROW(shapes_of("ReduceMax", {{"axes", {3}}}, {{2, 3, 4}}), ShapeError);
-    BOOST_CHECK_THROW(shapes_of("ReduceMax", {{"axes", {1, -2}}}, {{2, 3, 4}}), ShapeError);
-    BOOST_CHECK_THROW(shapes_of("ReduceMax", {{"keepdims", 2}}, {{2, 3}}), ShapeError);
+        (infer("ReduceMax", {{"axes", json::array()}, {"noop_with_empty_axes", 1}}, {{2, 3}})[0] == Shape{2, 3}));
+    BOOST_CHECK_THROW(infer("ReduceMax", {{"axes", {3}}}, {{2, 3, 4}}), ShapeError);
+    BOOST_CHECK_THROW(infer("ReduceMax", {{"axes", {1, -2}}}, {{2, 3, 4}}), ShapeError);
+    BOOST_CHECK_THROW(infer("ReduceMax", {{"keepdims", 2}}, {{2, 3}}), ShapeError);
     GraphBuilder g("t");
     Value x = g.input("x", zeros(DType::f32, {2, 3}));
     BOOST_TEST((attngraph::reduce_max(x, {0}, false).shape() == Shape{3}));
 }
 
 BOOST_AUTO_TEST_CASE(forward_hand_computed) {
-    const Array<double> x = values_of({2, 3}, {1, 2, 3, 4, 5, 6});
+    const Array<double> x = array_of({2, 3}, {1, 2, 3, 4, 5, 6});
     BOOST_TEST(rel_diff(run_one("ReduceMax", {{"axes", {0}}, {"keepdims", 0}}, {x}, DType::f64)[0],
-                        values_of({3}, {4, 5, 6})) < 1e-15);
-    BOOST_TEST(rel_diff(run_one("ReduceMax", {{"axes", {1}}}, {x}, DType::f64)[0], values_of({2, 1}, {3, 6})) < 1e-15);
-    BOOST_TEST(rel_diff(run_one("ReduceMax", nullptr, {x}, DType::f64)[0], values_of({1, 1}, {6})) < 1e-15);
+                        array_of({3}, {4, 5, 6})) < 1e-15);
+    BOOST_TEST(rel_diff(run_one("ReduceMax", {{"axes", {1}}}, {x}, DType::f64)[0], array_of({2, 1}, {3, 6})) < 1e-15);
+    BOOST_TEST(rel_diff(run_one("ReduceMax", nullptr, {x}, DType::f64)[0], array_of({1, 1}, {6})) < 1e-15);
     BOOST_TEST(rel_diff(run_one("ReduceMax", {{"noop_with_empty_axes", 1}}, {x}, DType::f64)[0], x) == 0.0);
 }
 
@@ -70,20 +70,20 @@ BOOST_AUTO_TEST_CASE(forward_matches_plain_loop) {
 
 BOOST_AUTO_TEST_CASE(backward_matches_finite_differences) {
     const Array<double> x = uniform_array({2, 3, 4}, 2);  // distinct values: no ties
-    BOOST_TEST(grad_error("ReduceMax", nullptr, {x}) < 1e-7);
-    BOOST_TEST(grad_error("ReduceMax", {{"axes", {1}}, {"keepdims", 0}}, {x}) < 1e-7);
-    BOOST_TEST(grad_error("ReduceMax", {{"axes", {0, -1}}}, {x}) < 1e-7);
+    BOOST_TEST(gradcheck("ReduceMax", nullptr, {x}) < 1e-7);
+    BOOST_TEST(gradcheck("ReduceMax", {{"axes", {1}}, {"keepdims", 0}}, {x}) < 1e-7);
+    BOOST_TEST(gradcheck("ReduceMax", {{"axes", {0, -1}}}, {x}) < 1e-7);
 }
 
 BOOST_AUTO_TEST_CASE(backward_routes_to_the_first_maximum) {
     // a tie: row [3, 1, 3] sends its gradient to the first 3 only
     const OpDef& def = OpRegistry::instance().get("ReduceMax");
     const NodeAttrs a = op_attrs("ReduceMax", {{"axes", {1}}});
-    Array<double> x = values_of({2, 3}, {3, 1, 3, -1, 2, 0}), y = values_of({2, 1}, {3, 2}),
-                  dy = values_of({2, 1}, {10, 20});
-    Array<double> dx = values_of({2, 3}, {0, 0, 0, 0, 0, 0});
+    Array<double> x = array_of({2, 3}, {3, 1, 3, -1, 2, 0}), y = array_of({2, 1}, {3, 2}),
+                  dy = array_of({2, 1}, {10, 20});
+    Array<double> dx = array_of({2, 3}, {0, 0, 0, 0, 0, 0});
     std::vector<const Array<double>*> in{&x}, out{&y}, dout{&dy};
     std::vector<Array<double>*> din{&dx};
     def.backward_f64(a, In<double>(in), In<double>(out), In<double>(dout), Out<double>(din));
-    BOOST_TEST(rel_diff(dx, values_of({2, 3}, {10, 0, 0, 0, 20, 0})) == 0.0);
+    BOOST_TEST(rel_diff(dx, array_of({2, 3}, {10, 0, 0, 0, 20, 0})) == 0.0);
 }

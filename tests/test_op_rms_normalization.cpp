@@ -7,21 +7,21 @@
 
 #include "engine/error.hpp"
 #include "ops/ops.hpp"
-#include "support/vocab_check.hpp"
+#include "support/op_test.hpp"
 
 using namespace attngraph;
 using namespace attngraph::test;
 
 BOOST_AUTO_TEST_CASE(shape_rule) {
-    BOOST_TEST((shapes_of("RMSNormalization", nullptr, {{2, 3, 4}, {4}})[0] == Shape{2, 3, 4}));
-    BOOST_TEST((shapes_of("RMSNormalization", {{"axis", 1}}, {{2, 3, 4}, {3, 4}})[0] == Shape{2, 3, 4}));
-    BOOST_TEST((shapes_of("RMSNormalization", {{"axis", -2}}, {{2, 3, 4}, {1, 4}})[0] == Shape{2, 3, 4}));
-    BOOST_CHECK_THROW(shapes_of("RMSNormalization", nullptr, {{2, 3, 4}, {3}}), ShapeError);
-    BOOST_CHECK_THROW(shapes_of("RMSNormalization", nullptr, {{2, 3, 4}, {2, 4}}), ShapeError);  // more than axis -1
-    BOOST_CHECK_THROW(shapes_of("RMSNormalization", {{"axis", 3}}, {{2, 3, 4}, {4}}), ShapeError);
-    BOOST_CHECK_THROW(shapes_of("RMSNormalization", {{"epsilon", -1}}, {{2, 3, 4}, {4}}), ShapeError);
+    BOOST_TEST((infer("RMSNormalization", nullptr, {{2, 3, 4}, {4}})[0] == Shape{2, 3, 4}));
+    BOOST_TEST((infer("RMSNormalization", {{"axis", 1}}, {{2, 3, 4}, {3, 4}})[0] == Shape{2, 3, 4}));
+    BOOST_TEST((infer("RMSNormalization", {{"axis", -2}}, {{2, 3, 4}, {1, 4}})[0] == Shape{2, 3, 4}));
+    BOOST_CHECK_THROW(infer("RMSNormalization", nullptr, {{2, 3, 4}, {3}}), ShapeError);
+    BOOST_CHECK_THROW(infer("RMSNormalization", nullptr, {{2, 3, 4}, {2, 4}}), ShapeError);  // more than axis -1
+    BOOST_CHECK_THROW(infer("RMSNormalization", {{"axis", 3}}, {{2, 3, 4}, {4}}), ShapeError);
+    BOOST_CHECK_THROW(infer("RMSNormalization", {{"epsilon", -1}}, {{2, 3, 4}, {4}}), ShapeError);
     try {
-        shapes_of("RMSNormalization", nullptr, {{2, 3, 4}, {3}});
+        infer("RMSNormalization", nullptr, {{2, 3, 4}, {3}});
     } catch (const ShapeError& e) {
         BOOST_TEST(std::string(e.what()).find(
                        "scale (3) does not broadcast to the normalized shape (4) of x (2x3x4)") != std::string::npos,
@@ -35,8 +35,8 @@ BOOST_AUTO_TEST_CASE(shape_rule) {
 BOOST_AUTO_TEST_CASE(forward_hand_computed) {
     // row [3, 4]: mean square 12.5, eps 0 -> [3, 4] / sqrt(12.5); scale [1, 2]
     const Doubles y =
-        run_one("RMSNormalization", {{"epsilon", 0}}, {values_of({1, 2}, {3, 4}), values_of({2}, {1, 2})}, DType::f64);
-    BOOST_TEST(rel_diff(y[0], values_of({1, 2}, {3 / std::sqrt(12.5), 8 / std::sqrt(12.5)})) < 1e-15);
+        run_one("RMSNormalization", {{"epsilon", 0}}, {array_of({1, 2}, {3, 4}), array_of({2}, {1, 2})}, DType::f64);
+    BOOST_TEST(rel_diff(y[0], array_of({1, 2}, {3 / std::sqrt(12.5), 8 / std::sqrt(12.5)})) < 1e-15);
 }
 
 // y = x / sqrt(mean over the last `norm_axes` axes of x² + eps) * scale (scale of the normalized shape)
@@ -62,12 +62,12 @@ BOOST_AUTO_TEST_CASE(forward_matches_plain_loop) {
     for (std::size_t i = 0; i < 40; ++i)
         for (std::size_t j = 0; j < 64; ++j) s_b(i, j) = s64(j);
     check_against_reference("RMSNormalization", {{"axis", -2}},
-                            {x, values_of({1, 64}, std::vector<double>(s64.begin(), s64.end()))},
+                            {x, array_of({1, 64}, std::vector<double>(s64.begin(), s64.end()))},
                             {reference(x, s_b, 40 * 64, 1e-5)}, 1e-12, 1e-5);
 }
 
 BOOST_AUTO_TEST_CASE(backward_matches_finite_differences) {
-    BOOST_TEST(grad_error("RMSNormalization", nullptr, {uniform_array({2, 3, 4}, 1), uniform_array({4}, 2)}) < 1e-7);
-    BOOST_TEST(grad_error("RMSNormalization", {{"axis", 1}, {"epsilon", 0.01}},
+    BOOST_TEST(gradcheck("RMSNormalization", nullptr, {uniform_array({2, 3, 4}, 1), uniform_array({4}, 2)}) < 1e-7);
+    BOOST_TEST(gradcheck("RMSNormalization", {{"axis", 1}, {"epsilon", 0.01}},
                           {uniform_array({2, 3, 4}, 3), uniform_array({1, 4}, 4)}) < 1e-7);
 }

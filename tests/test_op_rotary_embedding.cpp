@@ -9,7 +9,7 @@
 
 #include "engine/error.hpp"
 #include "ops/ops.hpp"
-#include "support/vocab_check.hpp"
+#include "support/op_test.hpp"
 
 using namespace attngraph;
 using namespace attngraph::test;
@@ -17,17 +17,17 @@ using nlohmann::json;
 
 BOOST_AUTO_TEST_CASE(shape_rule) {
     BOOST_TEST(
-        (shapes_of("RotaryEmbedding", nullptr, {{2, 3, 5, 8}, {10, 4}, {10, 4}, {2, 5}})[0] == Shape{2, 3, 5, 8}));
+        (infer("RotaryEmbedding", nullptr, {{2, 3, 5, 8}, {10, 4}, {10, 4}, {2, 5}})[0] == Shape{2, 3, 5, 8}));
     BOOST_TEST(
-        (shapes_of("RotaryEmbedding", nullptr, {{2, 3, 5, 8}, {10, 4}, {10, 4}, {1, 5}})[0] == Shape{2, 3, 5, 8}));
-    BOOST_TEST((shapes_of("RotaryEmbedding", nullptr, {{2, 3, 5, 8}, {2, 5, 4}, {2, 5, 4}})[0] == Shape{2, 3, 5, 8}));
-    BOOST_TEST((shapes_of("RotaryEmbedding", {{"num_heads", 3}}, {{2, 5, 24}, {10, 4}, {10, 4}, {2, 5}})[0] ==
+        (infer("RotaryEmbedding", nullptr, {{2, 3, 5, 8}, {10, 4}, {10, 4}, {1, 5}})[0] == Shape{2, 3, 5, 8}));
+    BOOST_TEST((infer("RotaryEmbedding", nullptr, {{2, 3, 5, 8}, {2, 5, 4}, {2, 5, 4}})[0] == Shape{2, 3, 5, 8}));
+    BOOST_TEST((infer("RotaryEmbedding", {{"num_heads", 3}}, {{2, 5, 24}, {10, 4}, {10, 4}, {2, 5}})[0] ==
                 Shape{2, 5, 24}));
-    BOOST_TEST((shapes_of("RotaryEmbedding", {{"rotary_embedding_dim", 4}},
+    BOOST_TEST((infer("RotaryEmbedding", {{"rotary_embedding_dim", 4}},
                           {{2, 3, 5, 8}, {10, 2}, {10, 2}, {2, 5}})[0] == Shape{2, 3, 5, 8}));
     auto fails = [](const json& attrs, const std::vector<Shape>& in, const std::string& part) {
         try {
-            shapes_of("RotaryEmbedding", attrs, in);
+            infer("RotaryEmbedding", attrs, in);
             BOOST_FAIL("no error for " << part);
         } catch (const ShapeError& e) {
             BOOST_TEST(std::string(e.what()).find(part) != std::string::npos, e.what());
@@ -49,15 +49,15 @@ BOOST_AUTO_TEST_CASE(shape_rule) {
 BOOST_AUTO_TEST_CASE(forward_hand_computed) {
     // one head of size 4, position 1 of a cache with angles 90° (pair 0) and 180° (pair 1):
     // pairs (x0, x2), (x1, x3) rotate: (1, 0) -> (0, 1), (2, 3) -> (-2, -3)
-    const Array<double> cos = values_of({2, 2}, {1, 1, 0, -1}), sin = values_of({2, 2}, {0, 0, 1, 0});
-    const Array<double> x = values_of({1, 1, 1, 4}, {1, 2, 0, 3}), pos = values_of({1, 1}, {1});
+    const Array<double> cos = array_of({2, 2}, {1, 1, 0, -1}), sin = array_of({2, 2}, {0, 0, 1, 0});
+    const Array<double> x = array_of({1, 1, 1, 4}, {1, 2, 0, 3}), pos = array_of({1, 1}, {1});
     BOOST_TEST(rel_diff(run_one("RotaryEmbedding", nullptr, {x, cos, sin, pos}, DType::f64)[0],
-                        values_of({1, 1, 1, 4}, {0, -2, 1, -3})) == 0.0);
+                        array_of({1, 1, 1, 4}, {0, -2, 1, -3})) == 0.0);
     // interleaved: pairs (x0, x1), (x2, x3): (1, 2) -> (-2, 1), (0, 3) -> (0, -3)
     BOOST_TEST(rel_diff(run_one("RotaryEmbedding", {{"interleaved", 1}}, {x, cos, sin, pos}, DType::f64)[0],
-                        values_of({1, 1, 1, 4}, {-2, 1, 0, -3})) == 0.0);
+                        array_of({1, 1, 1, 4}, {-2, 1, 0, -3})) == 0.0);
     // position 0: the identity
-    BOOST_TEST(rel_diff(run_one("RotaryEmbedding", nullptr, {x, cos, sin, values_of({1, 1}, {0})}, DType::f64)[0], x) ==
+    BOOST_TEST(rel_diff(run_one("RotaryEmbedding", nullptr, {x, cos, sin, array_of({1, 1}, {0})}, DType::f64)[0], x) ==
                0.0);
 }
 
@@ -137,14 +137,14 @@ BOOST_AUTO_TEST_CASE(forward_matches_plain_loop) {
 
 BOOST_AUTO_TEST_CASE(backward_matches_finite_differences) {
     const auto [c, s] = caches(6, 2);
-    const Array<double> pos = values_of({2, 3}, {0, 2, 5, 1, 1, 3});  // a repeated id: cache gradients add up
+    const Array<double> pos = array_of({2, 3}, {0, 2, 5, 1, 1, 3});  // a repeated id: cache gradients add up
     for (int inter : {0, 1}) {
         std::vector<Tensor> in{Tensor(uniform_array({2, 2, 3, 4}, 1)), Tensor(c), Tensor(s), Tensor(pos)};
         const GradcheckResult r = gradcheck_op("RotaryEmbedding", {{"interleaved", inter}}, in);
         BOOST_TEST(r.entries.size() == 3u);  // x and the caches; not the ids
         BOOST_TEST(r.max_rel_error < 1e-8);
     }
-    BOOST_TEST(grad_error("RotaryEmbedding", {{"num_heads", 2}, {"rotary_embedding_dim", 2}},
+    BOOST_TEST(gradcheck("RotaryEmbedding", {{"num_heads", 2}, {"rotary_embedding_dim", 2}},
                           {uniform_array({2, 3, 8}, 2), uniform_array({2, 3, 1}, 3), uniform_array({2, 3, 1}, 4)}) <
                1e-8);
 }
@@ -153,7 +153,7 @@ BOOST_AUTO_TEST_CASE(position_past_the_cache_names_node_and_id) {
     const auto [c, s] = caches(4, 2);
     GraphBuilder g("t", DType::f64);
     Value x = g.input("x", Tensor(uniform_array({1, 1, 3, 4}, 1)));
-    Value pos = g.input("pos", Tensor(values_of({1, 3}, {0, 4, 1})));
+    Value pos = g.input("pos", Tensor(array_of({1, 3}, {0, 4, 1})));
     g.output(rotary_embedding(x, g.param("cos", Tensor(c)), g.param("sin", Tensor(s)), pos).named("q_rot"));
     const Graph graph = g.build();
     try {
@@ -166,6 +166,6 @@ BOOST_AUTO_TEST_CASE(position_past_the_cache_names_node_and_id) {
         BOOST_TEST(msg.find("past the cache of 4 positions") != std::string::npos, msg);
     }
     BOOST_CHECK_THROW(run_one("RotaryEmbedding", nullptr,
-                              {uniform_array({1, 1, 1, 4}, 1), c, s, values_of({1, 1}, {-1})}, DType::f64),
+                              {uniform_array({1, 1, 1, 4}, 1), c, s, array_of({1, 1}, {-1})}, DType::f64),
                       ValueError);
 }

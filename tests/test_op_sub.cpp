@@ -4,16 +4,16 @@
 
 #include "engine/error.hpp"
 #include "ops/ops.hpp"
-#include "support/vocab_check.hpp"
+#include "support/op_test.hpp"
 
 using namespace attngraph;
 using namespace attngraph::test;
 
 BOOST_AUTO_TEST_CASE(shape_rule_broadcasts) {
-    BOOST_TEST((shapes_of("Sub", nullptr, {{2, 3}, {3}})[0] == Shape{2, 3}));
-    BOOST_TEST((shapes_of("Sub", nullptr, {{2, 1, 4}, {3, 1}})[0] == Shape{2, 3, 4}));
-    BOOST_TEST((shapes_of("Sub", nullptr, {{}, {5}})[0] == Shape{5}));
-    BOOST_CHECK_THROW(shapes_of("Sub", nullptr, {{2, 3}, {4}}), ShapeError);
+    BOOST_TEST((infer("Sub", nullptr, {{2, 3}, {3}})[0] == Shape{2, 3}));
+    BOOST_TEST((infer("Sub", nullptr, {{2, 1, 4}, {3, 1}})[0] == Shape{2, 3, 4}));
+    BOOST_TEST((infer("Sub", nullptr, {{}, {5}})[0] == Shape{5}));
+    BOOST_CHECK_THROW(infer("Sub", nullptr, {{2, 3}, {4}}), ShapeError);
     GraphBuilder g("t");
     Value a = g.input("a", zeros(DType::f32, {2, 3})), b = g.input("b", zeros(DType::f32, {4}));
     try {
@@ -28,8 +28,8 @@ BOOST_AUTO_TEST_CASE(shape_rule_broadcasts) {
 }
 
 BOOST_AUTO_TEST_CASE(forward_hand_computed) {
-    const Doubles y = run_one("Sub", nullptr, {values_of({3}, {2, -1.5, 0}), values_of({3}, {3, 4, 7})}, DType::f64);
-    BOOST_TEST(rel_diff(y[0], values_of({3}, {-1, -5.5, -7})) == 0.0);
+    const Doubles y = run_one("Sub", nullptr, {array_of({3}, {2, -1.5, 0}), array_of({3}, {3, 4, 7})}, DType::f64);
+    BOOST_TEST(rel_diff(y[0], array_of({3}, {-1, -5.5, -7})) == 0.0);
 }
 
 BOOST_AUTO_TEST_CASE(forward_matches_plain_loop) {
@@ -48,7 +48,7 @@ BOOST_AUTO_TEST_CASE(forward_matches_plain_loop) {
 }
 
 BOOST_AUTO_TEST_CASE(backward_matches_finite_differences) {
-    BOOST_TEST(grad_error("Sub", nullptr, {uniform_array({2, 3}, 1), uniform_array({2, 3}, 2, -1, 1)}) < 1e-7);
-    BOOST_TEST(grad_error("Sub", nullptr, {uniform_array({2, 3, 4}, 3), uniform_array({3, 1}, 4, -1, 1)}) < 1e-7);
-    BOOST_TEST(grad_error("Sub", nullptr, {uniform_array({1, 4}, 5), uniform_array({3, 1}, 6, -1, 1)}) < 1e-7);
+    BOOST_TEST(gradcheck("Sub", nullptr, {uniform_array({2, 3}, 1), uniform_array({2, 3}, 2, -1, 1)}) < 1e-7);
+    BOOST_TEST(gradcheck("Sub", nullptr, {uniform_array({2, 3, 4}, 3), uniform_array({3, 1}, 4, -1, 1)}) < 1e-7);
+    BOOST_TEST(gradcheck("Sub", nullptr, {uniform_array({1, 4}, 5), uniform_array({3, 1}, 6, -1, 1)}) < 1e-7);
 }

@@ -5,16 +5,16 @@
 
 #include "engine/error.hpp"
 #include "ops/ops.hpp"
-#include "support/vocab_check.hpp"
+#include "support/op_test.hpp"
 
 using namespace attngraph;
 using namespace attngraph::test;
 
 BOOST_AUTO_TEST_CASE(shape_rule_broadcasts_three_ways) {
-    BOOST_TEST((shapes_of("Where", nullptr, {{2, 3}, {3}, {}})[0] == Shape{2, 3}));
-    BOOST_TEST((shapes_of("Where", nullptr, {{4, 1}, {1, 5}, {2, 1, 1}})[0] == Shape{2, 4, 5}));
+    BOOST_TEST((infer("Where", nullptr, {{2, 3}, {3}, {}})[0] == Shape{2, 3}));
+    BOOST_TEST((infer("Where", nullptr, {{4, 1}, {1, 5}, {2, 1, 1}})[0] == Shape{2, 4, 5}));
     try {
-        shapes_of("Where", nullptr, {{2, 3}, {4}, {3}});
+        infer("Where", nullptr, {{2, 3}, {4}, {3}});
         BOOST_FAIL("no error");
     } catch (const ShapeError& e) {
         const std::string msg = e.what();
@@ -25,9 +25,9 @@ BOOST_AUTO_TEST_CASE(shape_rule_broadcasts_three_ways) {
 BOOST_AUTO_TEST_CASE(forward_hand_computed) {
     // a causal keep written as where(q >= kv, s, -1e9): cond (3, 1) over a (1, 3) and a scalar
     const Doubles y =
-        run_one("Where", nullptr, {values_of({3, 1}, {1, 0, 2}), values_of({1, 3}, {10, 20, 30}), values_of({}, {-1})},
+        run_one("Where", nullptr, {array_of({3, 1}, {1, 0, 2}), array_of({1, 3}, {10, 20, 30}), array_of({}, {-1})},
                 DType::f64);
-    BOOST_TEST(rel_diff(y[0], values_of({3, 3}, {10, 20, 30, -1, -1, -1, 10, 20, 30})) == 0.0);
+    BOOST_TEST(rel_diff(y[0], array_of({3, 3}, {10, 20, 30, -1, -1, -1, 10, 20, 30})) == 0.0);
 }
 
 BOOST_AUTO_TEST_CASE(forward_matches_plain_loop) {
@@ -50,4 +50,6 @@ BOOST_AUTO_TEST_CASE(backward_matches_finite_differences) {
     BOOST_TEST(r.entries.size() == 2u);  // in1, in2: the condition in0 is not perturbed
     BOOST_CHECK_THROW(r.at("in0"), GraphError);
     BOOST_TEST(r.max_rel_error < 1e-8);
+    // through the harness too: the definition's backward against the executor's, bit for bit
+    BOOST_TEST(gradcheck("Where", nullptr, {c, uniform_array({3, 1}, 2), uniform_array({2, 3, 4}, 3)}) < 1e-8);
 }

@@ -9,7 +9,8 @@
 // forward<T> returns the result of both ways (after checking that they agree); gradcheck
 // checks the backward both ways and against central finite differences through
 // engine/gradcheck, in float64, and the executor's gradients at every thread count in f32
-// and f64. Attributes are given as in a graph file (JSON; null: none).
+// and f64. Attributes are given as in a graph file (JSON; null: none). check_against_reference
+// compares both ways with a plain-loop reference written in the test, in f64 and f32.
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -70,6 +71,15 @@ Array<T> random_array(const Shape& shape, std::uint64_t seed) {
     return a;
 }
 
+/// Uniform(lo, hi) values from a seeded std::mt19937.
+inline Array<double> uniform_array(const Shape& shape, unsigned seed, double lo = -1, double hi = 1) {
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<double> u(lo, hi);
+    Array<double> a = Array<double>::from_shape(shape);
+    for (auto& v : a) v = u(rng);
+    return a;
+}
+
 /// Row-major strides of a shape.
 inline std::vector<std::size_t> strides_of(const Shape& s) {
     std::vector<std::size_t> st(s.size(), 1);
@@ -101,6 +111,19 @@ double max_diff(const Array<T>& a, const Array<T>& b) {
         const double x = a.data()[i], y = b.data()[i];
         if (x == y) continue;
         m = std::max(m, std::isnan(x - y) ? std::numeric_limits<double>::infinity() : std::abs(x - y));
+    }
+    return m;
+}
+
+/// Largest |a - b| / max(1, |b|); +inf on a shape mismatch or a NaN in one of them only.
+inline double rel_diff(const Array<double>& a, const Array<double>& b) {
+    if (a.shape() != b.shape()) return std::numeric_limits<double>::infinity();
+    double m = 0;
+    for (std::size_t i = 0; i < a.size(); ++i) {
+        const double x = a.data()[i], y = b.data()[i];
+        if (x == y || (std::isnan(x) && std::isnan(y))) continue;
+        const double d = std::abs(x - y) / std::max(1.0, std::abs(y));
+        m = std::max(m, std::isnan(d) ? std::numeric_limits<double>::infinity() : d);
     }
     return m;
 }
@@ -252,6 +275,34 @@ Array<T> forward(const std::string& op, const nlohmann::json& attrs, const std::
     return forward_all<T>(op, attrs, inputs).at(0);
 }
 
+/// Float64 arrays: an op's inputs or outputs.
+using Doubles = std::vector<Array<double>>;
+
+/// forward_all in `dtype` (the inputs converted to it), every output widened to f64.
+inline Doubles run_one(const std::string& op, const nlohmann::json& attrs, const Doubles& inputs, DType dtype) {
+    Doubles out;
+    if (dtype == DType::f64) return forward_all<double>(op, attrs, inputs);
+    std::vector<Array<float>> in32;
+    for (const auto& x : inputs) in32.push_back(Tensor(x).cast(DType::f32).as<float>());
+    for (const auto& y : forward_all<float>(op, attrs, in32)) out.push_back(Tensor(y).cast(DType::f64).as<double>());
+    return out;
+}
+
+/// @brief Checks `op` on `inputs` against `expected`, a plain-loop reference computed in f64
+/// by the test: through the definition and the executor at every thread count (forward_all),
+/// the f64 outputs to `tol64` and the f32 outputs to `tol32`, relative (rel_diff).
+inline void check_against_reference(const std::string& op, const nlohmann::json& attrs, const Doubles& inputs,
+                                    const Doubles& expected, double tol64 = 1e-12, double tol32 = 1e-5) {
+    const Doubles y64 = run_one(op, attrs, inputs, DType::f64);
+    const Doubles y32 = run_one(op, attrs, inputs, DType::f32);
+    BOOST_TEST_REQUIRE(y64.size() == expected.size());
+    BOOST_TEST_REQUIRE(y32.size() == expected.size());
+    for (std::size_t k = 0; k < expected.size(); ++k) {
+        BOOST_TEST(rel_diff(y64[k], expected[k]) <= tol64, op << " output " << k << " f64");
+        BOOST_TEST(rel_diff(y32[k], expected[k]) <= tol32, op << " output " << k << " f32");
+    }
+}
+
 // ---- gradients -----------------------------------------------------------------------------
 
 /// The executor's gradients of op_graph's inputs with needs[i], for output gradients G.
@@ -319,12 +370,13 @@ std::vector<Array<T>> backward_all(const std::string& op, const nlohmann::json& 
 /// G_k: against central finite differences (engine/gradcheck, float64, through the executor);
 /// through its definition against the executor's backward at every thread count, bit for
 /// bit, in f32 and f64; and that it adds (+=) into the gradients it is given. Only inputs
-/// with needs[i] (default: all) get a gradient. Returns the finite-difference check's
+/// with needs[i] (default: the slots the op differentiates) get a gradient. Returns the finite-difference check's
 /// max_rel_error (engine/gradcheck.hpp); +inf for an op without backward.
 inline double gradcheck(const std::string& op, const nlohmann::json& attrs, const std::vector<Array<double>>& inputs,
                         std::vector<bool> needs = {}, double eps = 1e-6) {
     if (!op_def(op).backward<double>()) return std::numeric_limits<double>::infinity();
-    if (needs.empty()) needs.assign(inputs.size(), true);
+    if (needs.empty())  // every input slot the op differentiates
+        for (std::size_t i = 0; i < inputs.size(); ++i) needs.push_back(op_def(op).has_grad(i));
     const Graph graph = op_graph<double>(op, attrs, inputs);
     GradcheckOptions o;
     o.eps = eps;
