@@ -1,5 +1,6 @@
 // attngraph bench [--variant NAME] [--batch B] --seq N --d-model D --heads H [--threads T]
 //                 [--reps R] [--trace none|memory] [--backward]
+// attngraph bench --graph FILE.json|FILE.onnx [--input NAME=FILE.npy]... [--dtype f32|f64] [...]
 // attngraph bench --gemm N [--threads T] [--reps R]
 //   either form: [--blas CORE | --as-unknown-cpu]
 // Builds an attention variant at the given sizes with seeded random weights, runs one
@@ -25,6 +26,7 @@
 #include "engine/executor.hpp"
 #include "engine/gemm.hpp"
 #include "graphs/mha.hpp"
+#include "graphs/variants.hpp"
 
 namespace attngraph::cli {
 
@@ -32,7 +34,9 @@ namespace {
 
 struct BenchArgs {
     std::string variant = "mha";
+    GraphArgs graph;  // --graph FILE (JSON or ONNX) instead of a variant
     std::size_t batch = 0, seq = 0, d_model = 0, heads = 0;
+    std::size_t groups = 0, window = 0, past = 0;  // as `attngraph new` takes them
     std::size_t gemm = 0;
     int threads = 0;
     int reps = 5;
@@ -46,7 +50,7 @@ struct BenchArgs {
 
 /// The sizes a variant is built at.
 struct BenchSizes {
-    std::size_t batch, seq, d_model, heads;
+    std::size_t batch, seq, d_model, heads, groups, window, past;
 };
 
 /// A benchmarkable graph: name -> builder. Add a variant with one line here.
@@ -66,13 +70,33 @@ graphs::MhaConfig mha_config(const BenchSizes& s) {
     return c;
 }
 
+// Every variant of `attngraph new` (graphs/variants.hpp) but its per-head mha, which is
+// graphs/mha.hpp's here, plus the seed graph.
 const std::vector<BenchVariant>& bench_variants() {
-    static const std::vector<BenchVariant> variants = {
-        {"mha", "per-head multi-head attention (graphs/mha.hpp)", true,
-         [](const BenchSizes& s) { return graphs::build_mha(mha_config(s)); }},
-        {"seed", "the seed document's graph (n=3, d_model=4, 2 heads; sizes ignored)", false,
-         [](const BenchSizes&) { return graphs::build_mha(graphs::seed_mha_config(), graphs::seed_mha_weights()); }},
-    };
+    static const std::vector<BenchVariant> variants = [] {
+        std::vector<BenchVariant> v = {
+            {"mha", "per-head multi-head attention (graphs/mha.hpp)", true,
+             [](const BenchSizes& s) { return graphs::build_mha(mha_config(s)); }},
+            {"seed", "the seed document's graph (n=3, d_model=4, 2 heads; sizes ignored)", false,
+             [](const BenchSizes&) { return graphs::build_mha(graphs::seed_mha_config(), graphs::seed_mha_weights()); }},
+        };
+        for (const auto& info : graphs::variant_list()) {
+            if (info.name == "mha") continue;
+            v.push_back({info.name.c_str(), info.description.c_str(), true, [name = info.name](const BenchSizes& s) {
+                             graphs::VariantConfig c;
+                             c.variant = name;
+                             c.batch = s.batch;
+                             c.seq = s.seq;
+                             c.d_model = s.d_model;
+                             c.heads = s.heads;
+                             c.groups = s.groups;
+                             c.window = s.window;
+                             c.past = s.past;
+                             return graphs::build_variant(c);
+                         }});
+        }
+        return v;
+    }();
     return variants;
 }
 
@@ -190,11 +214,13 @@ void keep_freed_memory() {
 }
 
 void bench_graph(const BenchArgs& a) {
-    const BenchVariant& variant = find_variant(a.variant);
-    if (variant.needs_sizes && (a.seq == 0 || a.d_model == 0 || a.heads == 0))
+    const bool from_file = !a.graph.graph.empty();
+    const BenchVariant* variant = from_file ? nullptr : &find_variant(a.variant);
+    if (variant && variant->needs_sizes && (a.seq == 0 || a.d_model == 0 || a.heads == 0))
         throw Error("bench: variant '" + a.variant + "' needs --seq, --d-model and --heads (each > 0)");
     if (!a.default_malloc) keep_freed_memory();
-    const Graph graph = variant.build({a.batch, a.seq, a.d_model, a.heads});
+    const Graph graph = from_file ? load_with_inputs(a.graph)
+                                  : variant->build({a.batch, a.seq, a.d_model, a.heads, a.groups, a.window, a.past});
     Executor executor(a.threads);
     RunOptions options;
     options.threads = executor.threads();
@@ -218,11 +244,16 @@ void bench_graph(const BenchArgs& a) {
     progress.finish();
     const Timings t = summarize(seconds);
     nlohmann::ordered_json j;
-    j["variant"] = a.variant;
-    j["batch"] = a.batch;
-    j["seq"] = graph.value(graph.at("X")).shape.end()[-2];
-    j["d_model"] = graph.value(graph.at("X")).shape.back();
-    j["heads"] = variant.needs_sizes ? a.heads : 2;
+    if (from_file) {
+        j["graph"] = a.graph.graph;
+        j["nodes"] = graph.nodes().size();
+    } else {
+        j["variant"] = a.variant;
+        j["batch"] = a.batch;
+        j["seq"] = graph.value(graph.at("X")).shape.end()[-2];
+        j["d_model"] = graph.value(graph.at("X")).shape.back();
+        j["heads"] = variant->needs_sizes ? a.heads : 2;
+    }
     j["threads"] = executor.threads();
     j["blas"] = blas_text();
     j["trace"] = a.trace;
@@ -246,7 +277,18 @@ void add_bench_command(CLI::App& app) {
     std::string variants;
     for (const auto& v : bench_variants())
         variants += std::string(variants.empty() ? "" : "; ") + v.name + ": " + v.description;
-    cmd->add_option("--variant", args->variant, "Graph to time (" + variants + ")");
+    auto* variant = cmd->add_option("--variant", args->variant, "Graph to time (" + variants + ")");
+    auto* graph = cmd->add_option("--graph", args->graph.graph,
+                                  "Instead: time this graph file or ONNX model (its input shapes from --input)");
+    graph->excludes(variant);
+    cmd->add_option("--input", args->graph.inputs, "With --graph: replace a tensor's data: NAME=FILE.npy (repeatable)")
+        ->needs(graph);
+    cmd->add_option("--dtype", args->graph.dtype, "With --graph: compute in f32 or f64")
+        ->check(CLI::IsMember({"f32", "f64"}))
+        ->needs(graph);
+    cmd->add_option("--groups", args->groups, "K/V heads of gqa and decode (as attngraph new)");
+    cmd->add_option("--window", args->window, "Window width of sliding-window (as attngraph new)");
+    cmd->add_option("--past", args->past, "decode: cached keys/values before the new tokens (as attngraph new)");
     cmd->add_option("--batch", args->batch, "Sequences per batch (0: X is (n, d_model))");
     cmd->add_option("--seq", args->seq, "Sequence length n");
     cmd->add_option("--d-model", args->d_model, "Model width");

@@ -88,6 +88,37 @@ BOOST_AUTO_TEST_CASE(bench_gemm_as_unknown_cpu_selects_past_prescott) {
         BOOST_TEST(blas == "Prescott (OpenBLAS)", blas);
 }
 
+BOOST_AUTO_TEST_CASE(bench_takes_every_variant_of_new) {
+    for (const char* args : {"--variant causal --batch 2 --seq 6", "--variant gqa --seq 6 --groups 2",
+                             "--variant sliding-window --seq 6 --window 3", "--variant decode --seq 1 --past 5"}) {
+        BOOST_TEST_CONTEXT(args) {
+            const test::CliResult r = test::run_cli(std::string("bench ") + args + " --d-model 8 --heads 4 --reps 1");
+            BOOST_TEST(r.code == 0, r.err);
+            const nlohmann::ordered_json j = one_json_line(r.out);
+            BOOST_TEST(std::string(args).find(j["variant"].get<std::string>()) != std::string::npos);
+            BOOST_TEST(j["heads"] == 4);
+            BOOST_TEST(j["median_ms"].get<double>() > 0);
+        }
+    }
+}
+
+BOOST_AUTO_TEST_CASE(bench_graph_times_a_graph_file_or_onnx_model) {
+    const auto file = test::source_dir() / "graphs" / "mha-batched.json";
+    const test::CliResult r = test::run_cli("bench --graph " + file.string() + " --reps 2 --threads 1");
+    BOOST_TEST(r.code == 0, r.err);
+    const nlohmann::ordered_json j = one_json_line(r.out);
+    BOOST_TEST(keys(j)[0] == "graph");
+    BOOST_TEST(j["graph"] == file.string());
+    BOOST_TEST(j["nodes"] == nlohmann::json::parse(test::slurp(file))["nodes"].size());
+    BOOST_TEST(j["gflops"].get<double>() > 0);
+
+    // an ONNX model of one Attention node, its input shapes as the model gives them
+    const auto model = test::source_dir() / "tests" / "data" / "onnx" / "test_attention_4d" / "model.onnx";
+    const test::CliResult o = test::run_cli("bench --graph " + model.string() + " --reps 1 --dtype f64");
+    BOOST_TEST(o.code == 0, o.err);
+    BOOST_TEST(one_json_line(o.out)["nodes"].get<int>() > 1);  // the composite's expansion
+}
+
 BOOST_AUTO_TEST_CASE(bench_errors_are_one_line) {
     struct Case {
         const char* args;
@@ -97,7 +128,10 @@ BOOST_AUTO_TEST_CASE(bench_errors_are_one_line) {
          {Case{"bench --variant nope --seq 4 --d-model 4 --heads 2", "unknown variant 'nope' (known: mha, seed"},
           Case{"bench --seq 4 --heads 2", "needs --seq, --d-model and --heads"},
           Case{"bench --seq 4 --d-model 6 --heads 4", "not a multiple of heads"},
-          Case{"bench --seq 4 --d-model 4 --heads 2 --trace disk", "--trace"}}) {
+          Case{"bench --seq 4 --d-model 4 --heads 2 --trace disk", "--trace"},
+          Case{"bench --variant gqa --seq 4 --d-model 8 --heads 4 --groups 3", "groups"},
+          Case{"bench --graph g.json --variant mha", "excludes"},
+          Case{"bench --graph no_such_graph.json", "no_such_graph.json"}}) {
         BOOST_TEST_CONTEXT(c.args) {
             const test::CliResult r = test::run_cli(c.args);
             BOOST_TEST(r.code != 0);
