@@ -366,7 +366,8 @@ void linear_group_forward(In<T> in, Out<T> out, std::size_t member_inputs) {
     const std::size_t k = in[1]->shape()[0],
                       m = k ? x.size() / k : out[0]->size() / std::max<std::size_t>(in[1]->shape()[1], 1);
     // the members in parallel too: a per-head projection (n x 64) is a single GEMM block
-    parallel_chunks(out.size(), 1, [&](std::size_t i0, std::size_t i1) {
+    // (tiny members, as the seed's, run inline: a task would cost more than the product)
+    parallel_chunks(out.size(), grain_for(m * in[1]->shape()[1] * k), [&](std::size_t i0, std::size_t i1) {
         for (std::size_t i = i0; i < i1; ++i) {
             const std::size_t ni = in[1 + i * member_inputs]->shape()[1];
             gemm<T>(false, false, m, ni, k, T(1), x.data(), k, in[1 + i * member_inputs]->data(), ni, T(0),
