@@ -1043,6 +1043,29 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
         Shape s;
         for (auto p : perm) s.push_back(x.shape[static_cast<std::size_t>(normalize(p, x.shape.size(), where))]);
         const std::string name = out_name(0);
+        const std::size_t r = perm.size();
+        std::vector<std::int64_t> heads(r);  // perm with its last two entries swapped
+        for (std::size_t i = 0; i < r; ++i) heads[i] = normalize(perm[i], r, where);
+        if (r >= 3 && heads[r - 2] == static_cast<std::int64_t>(r - 1)) {
+            std::swap(heads[r - 2], heads[r - 1]);
+            bool identity = true;
+            for (std::size_t i = 0; i < r; ++i) identity = identity && heads[i] == static_cast<std::int64_t>(i);
+            if (!identity) {
+                // x's last axis goes second to last: a Kᵀ, as torch writes it for (m, h, d) keys
+                // ([1, 2, 0]). As two Transposes, the heads first and then the last two axes
+                // swapped, the run plan's fused attention finds its Kᵀ (engine/optimize.cpp).
+                Shape hs;
+                for (auto p : heads) hs.push_back(x.shape[static_cast<std::size_t>(p)]);
+                const std::string mid = unique(name + ".heads");
+                emit("Transpose", mid, {x.name}, {{"perm", heads}});
+                std::vector<std::int64_t> swap(r);
+                for (std::size_t i = 0; i < r; ++i) swap[i] = static_cast<std::int64_t>(i);
+                std::swap(swap[r - 2], swap[r - 1]);
+                emit("Transpose", name, {mid}, {{"perm", swap}});
+                define(out0, name, s, et);
+                return;
+            }
+        }
         emit("Transpose", name, {x.name}, {{"perm", perm}});
         define(out0, name, s, et);
         return;
