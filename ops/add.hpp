@@ -1,6 +1,8 @@
 // Add: y = a + b, elementwise with numpy broadcasting (a bias such as ALiBi's -m·|i-j| table
 // added to every batch of scores). Legend: a and b broadcast to y's shape.
 #pragma once
+#include <algorithm>
+
 #include "ops/common.hpp"
 
 namespace attngraph::ops {
@@ -30,6 +32,28 @@ struct Add {
         if (as == ys && bs == ys) {
             parallel_chunks(n, grain_for(1), [&](std::size_t i0, std::size_t i1) {
                 for (std::size_t i = i0; i < i1; ++i) y[i] = a[i] + b[i];
+            });
+            return;
+        }
+        // a bias: one operand is y's shape, the other y's trailing axes (leading 1s allowed),
+        // repeated along the rows
+        auto trailing = [&](const Shape& s) {
+            std::size_t lead = 0;
+            while (lead < s.size() && s[lead] == 1) ++lead;
+            return s.size() - lead <= ys.size() && std::equal(s.begin() + static_cast<std::ptrdiff_t>(lead), s.end(),
+                                                              ys.end() - static_cast<std::ptrdiff_t>(s.size() - lead));
+        };
+        if ((as == ys && trailing(bs)) || (bs == ys && trailing(as))) {
+            const std::size_t row = as == ys ? in[1]->size() : in[0]->size();
+            const std::size_t rows = row ? n / row : 0;
+            const bool a_full = as == ys;
+            parallel_chunks(rows, grain_for(row), [&](std::size_t r0, std::size_t r1) {
+                for (std::size_t r = r0; r < r1; ++r) {
+                    T* yr = y + r * row;
+                    const T* ar = a_full ? a + r * row : a;
+                    const T* br = a_full ? b : b + r * row;
+                    for (std::size_t j = 0; j < row; ++j) yr[j] = ar[j] + br[j];
+                }
             });
             return;
         }
