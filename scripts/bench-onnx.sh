@@ -41,7 +41,7 @@ print("{\"wall_s\": %.3f, \"peak_rss_mb\": %.0f}" % (wall, resource.getrusage(re
 attention_4d="$root/tests/data/onnx/test_attention_4d/model.onnx"
 for r in $(seq "$rounds"); do
   echo "# round $r: $(uptime)"
-  echo "import $(clean timed "$bin" check "$work/big.onnx")"
+  echo "import $(timed env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE "$bin" check "$work/big.onnx")"
   echo "mha_onnx $(clean "$bin" bench --graph "$work/mha_1024.onnx" --threads 2)"
   echo "mha      $(clean "$bin" bench --seq 1024 --d-model 768 --heads 12 --threads 2)"
   echo "attention_node $(clean "$bin" bench --graph "$attention_4d" --input "Q=$work/Q.npy" --input "K=$work/K.npy" \
