@@ -393,7 +393,7 @@ public:
                 throw GraphError(m_where + ": graph output '" + vi.name() + "' is not produced by any node");
             if (it->second.is_const) {
                 // an output computable at import time: a param holding it, passed through a node
-                const std::string p = materialize(vi.name());
+                const std::string p = materialize(vi.name(), true);
                 const std::string n = unique(sanitize_onnx_name(vi.name()) + ".out");
                 emit("Reshape", n, {p}, {{"shape", to_i64(it->second.shape)}});
                 outputs.push_back(n);
@@ -470,10 +470,14 @@ private:
         m_values[vi.name()] = std::move(v);
     }
 
-    // The attngraph name of a value; a constant becomes a param on first use.
-    std::string materialize(const std::string& onnx_name) {
+    // The attngraph name of a value; a constant becomes a param on first use. A zero-size
+    // constant (an empty Slice) may only be a graph output: no op takes zero-size inputs.
+    std::string materialize(const std::string& onnx_name, bool graph_output = false) {
         Value& v = m_values.at(onnx_name);
         if (!v.is_const) return v.name;
+        if (!graph_output && element_count(to_shape(v.c.shape)) == 0)
+            throw ShapeError(m_where + ": '" + onnx_name + "' of shape (" + shape_str(to_shape(v.c.shape)) +
+                             ") is empty: attngraph ops take no zero-size inputs");
         auto it = m_params.find(onnx_name);
         if (it != m_params.end()) return it->second;
         const std::string name = unique(sanitize_onnx_name(onnx_name));
@@ -1170,6 +1174,13 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
         std::string cur = x.name;
         Shape s = x.shape;
         const std::string name = out_name(0);
+        struct Cut {
+            std::size_t ax;
+            std::int64_t b, e, st;
+            std::vector<double> picked;
+        };
+        std::vector<Cut> cuts;
+        bool empty = false;
         for (std::size_t k = 0; k < axes.size(); ++k) {
             const auto ax = static_cast<std::size_t>(normalize(axes[k], s.size(), where));
             const std::int64_t len = static_cast<std::int64_t>(s[ax]);
@@ -1184,13 +1195,29 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
             if (e < 0) e = e < -len ? -1 : e + len;
             b = st > 0 ? std::clamp<std::int64_t>(b, 0, len) : std::clamp<std::int64_t>(b, 0, len - 1);
             e = st > 0 ? std::clamp<std::int64_t>(e, 0, len) : std::clamp<std::int64_t>(e, -1, len - 1);
-            std::vector<double> picked;
-            for (std::int64_t i = b; st > 0 ? i < e : i > e; i += st) picked.push_back(static_cast<double>(i));
-            if (picked.empty())
-                throw ShapeError(where + ": Slice gives an empty axis " + std::to_string(ax) + " of (" +
-                                 shape_str(x.shape) + "): attngraph has no zero-size tensors");
+            Cut c{ax, b, e, st, {}};
+            for (std::int64_t i = b; st > 0 ? i < e : i > e; i += st) c.picked.push_back(static_cast<double>(i));
+            empty = empty || c.picked.empty();
+            s[ax] = c.picked.size();
+            cuts.push_back(std::move(c));
+        }
+        if (empty) {
+            // nothing is picked: the value is a zero-size constant, which may be a graph output
+            // but no op's input (materialize refuses it there)
+            Value v;
+            v.is_const = true;
+            v.c = OnnxTensor{TP::FLOAT, to_i64(s), {}};
+            v.shape = s;
+            v.elem_type = et;
+            m_values[out0] = std::move(v);
+            return;
+        }
+        s = x.shape;
+        for (std::size_t k = 0; k < cuts.size(); ++k) {
+            const auto& [ax, b, e, st, picked] = cuts[k];
+            const std::int64_t len = static_cast<std::int64_t>(s[ax]);
             if (st == 1 && b == 0 && e == len) continue;
-            const std::string n = k + 1 == axes.size() ? name : unique(name + ".axis" + std::to_string(ax));
+            const std::string n = k + 1 == cuts.size() ? name : unique(name + ".axis" + std::to_string(ax));
             if (st == 1) {
                 emit("Slice", n, {cur}, {{"axis", static_cast<std::int64_t>(ax)}, {"start", b}, {"end", e}});
             } else {
