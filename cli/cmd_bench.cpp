@@ -35,8 +35,12 @@ namespace {
 struct BenchArgs {
     std::string variant = "mha";
     GraphArgs graph;  // --graph FILE (JSON or ONNX) instead of a variant
-    std::size_t batch = 0, seq = 0, d_model = 0, heads = 0;
-    std::size_t groups = 0, window = 0, past = 0;  // as `attngraph new` takes them
+    // the sizes as `attngraph new` takes them; 0: not given
+    graphs::VariantConfig sizes = [] {
+        graphs::VariantConfig c;
+        c.seq = c.d_model = c.heads = 0;
+        return c;
+    }();
     std::size_t gemm = 0;
     int threads = 0;
     int reps = 5;
@@ -48,10 +52,8 @@ struct BenchArgs {
     bool as_unknown_cpu = false;
 };
 
-/// The sizes a variant is built at.
-struct BenchSizes {
-    std::size_t batch, seq, d_model, heads, groups, window, past;
-};
+/// The sizes a variant is built at (its `variant` field is set by the builder).
+using BenchSizes = graphs::VariantConfig;
 
 /// A benchmarkable graph: name -> builder. Add a variant with one line here.
 struct BenchVariant {
@@ -82,16 +84,8 @@ const std::vector<BenchVariant>& bench_variants() {
         };
         for (const auto& info : graphs::variant_list()) {
             if (info.name == "mha") continue;
-            v.push_back({info.name.c_str(), info.description.c_str(), true, [name = info.name](const BenchSizes& s) {
-                             graphs::VariantConfig c;
+            v.push_back({info.name.c_str(), info.description.c_str(), true, [name = info.name](BenchSizes c) {
                              c.variant = name;
-                             c.batch = s.batch;
-                             c.seq = s.seq;
-                             c.d_model = s.d_model;
-                             c.heads = s.heads;
-                             c.groups = s.groups;
-                             c.window = s.window;
-                             c.past = s.past;
                              return graphs::build_variant(c);
                          }});
         }
@@ -216,11 +210,10 @@ void keep_freed_memory() {
 void bench_graph(const BenchArgs& a) {
     const bool from_file = !a.graph.graph.empty();
     const BenchVariant* variant = from_file ? nullptr : &find_variant(a.variant);
-    if (variant && variant->needs_sizes && (a.seq == 0 || a.d_model == 0 || a.heads == 0))
+    if (variant && variant->needs_sizes && (a.sizes.seq == 0 || a.sizes.d_model == 0 || a.sizes.heads == 0))
         throw Error("bench: variant '" + a.variant + "' needs --seq, --d-model and --heads (each > 0)");
     if (!a.default_malloc) keep_freed_memory();
-    const Graph graph = from_file ? load_with_inputs(a.graph)
-                                  : variant->build({a.batch, a.seq, a.d_model, a.heads, a.groups, a.window, a.past});
+    const Graph graph = from_file ? load_with_inputs(a.graph) : variant->build(a.sizes);
     Executor executor(a.threads);
     RunOptions options;
     options.threads = executor.threads();
@@ -249,10 +242,10 @@ void bench_graph(const BenchArgs& a) {
         j["nodes"] = graph.nodes().size();
     } else {
         j["variant"] = a.variant;
-        j["batch"] = a.batch;
+        j["batch"] = a.sizes.batch;
         j["seq"] = graph.value(graph.at("X")).shape.end()[-2];
         j["d_model"] = graph.value(graph.at("X")).shape.back();
-        j["heads"] = variant->needs_sizes ? a.heads : 2;
+        j["heads"] = variant->needs_sizes ? a.sizes.heads : 2;
     }
     j["threads"] = executor.threads();
     j["blas"] = blas_text();
@@ -286,13 +279,13 @@ void add_bench_command(CLI::App& app) {
     cmd->add_option("--dtype", args->graph.dtype, "With --graph: compute in f32 or f64")
         ->check(CLI::IsMember({"f32", "f64"}))
         ->needs(graph);
-    cmd->add_option("--groups", args->groups, "K/V heads of gqa and decode (as attngraph new)");
-    cmd->add_option("--window", args->window, "Window width of sliding-window (as attngraph new)");
-    cmd->add_option("--past", args->past, "decode: cached keys/values before the new tokens (as attngraph new)");
-    cmd->add_option("--batch", args->batch, "Sequences per batch (0: X is (n, d_model))");
-    cmd->add_option("--seq", args->seq, "Sequence length n");
-    cmd->add_option("--d-model", args->d_model, "Model width");
-    cmd->add_option("--heads", args->heads, "Number of heads");
+    cmd->add_option("--groups", args->sizes.groups, "K/V heads of gqa and decode (as attngraph new)");
+    cmd->add_option("--window", args->sizes.window, "Window width of sliding-window (as attngraph new)");
+    cmd->add_option("--past", args->sizes.past, "decode: cached keys/values before the new tokens (as attngraph new)");
+    cmd->add_option("--batch", args->sizes.batch, "Sequences per batch (0: X is (n, d_model))");
+    cmd->add_option("--seq", args->sizes.seq, "Sequence length n");
+    cmd->add_option("--d-model", args->sizes.d_model, "Model width");
+    cmd->add_option("--heads", args->sizes.heads, "Number of heads");
     cmd->add_option("--gemm", args->gemm, "Instead: time an N x N x N float32 GEMM through the engine's GEMM path");
     cmd->add_option("--threads", args->threads, "Worker threads (default 0: all cores)")->check(CLI::Range(0, 4096));
     cmd->add_option("--reps", args->reps, "Timed runs after one warm-up (default 5)")->check(CLI::Range(1, 10000000));
