@@ -1,4 +1,5 @@
 // attngraph bench [--variant NAME] [--batch B] --seq N --d-model D --heads H [--threads T]
+//                 [--groups G] [--window W] [--causal] [--past P] [--kv-seq M] [--kv-lengths L,..]
 //                 [--reps R] [--trace none|memory] [--backward]
 // attngraph bench --graph FILE.json|FILE.onnx [--input NAME=FILE.npy]... [--dtype f32|f64] [...]
 // attngraph bench --gemm N [--threads T] [--reps R]
@@ -282,6 +283,11 @@ void add_bench_command(CLI::App& app) {
     cmd->add_option("--groups", args->sizes.groups, "K/V heads of gqa and decode (as attngraph new)");
     cmd->add_option("--window", args->sizes.window, "Window width of sliding-window (as attngraph new)");
     cmd->add_option("--past", args->sizes.past, "decode: cached keys/values before the new tokens (as attngraph new)");
+    cmd->add_option("--kv-seq", args->sizes.kv_seq, "cross: length of the keys/values input C (as attngraph new)");
+    cmd->add_flag("--causal", args->sizes.causal, "sliding-window: keys 0 <= i - j < w only (as attngraph new)");
+    cmd->add_option("--kv-lengths", args->sizes.lengths,
+                    "Key padding: valid keys per sequence, comma-separated, needs --batch (as attngraph new)")
+        ->delimiter(',');
     cmd->add_option("--batch", args->sizes.batch, "Sequences per batch (0: X is (n, d_model))");
     cmd->add_option("--seq", args->sizes.seq, "Sequence length n");
     cmd->add_option("--d-model", args->sizes.d_model, "Model width");
