@@ -1,0 +1,108 @@
+// The fused attention kernel with a score chain (engine/fused_attention.hpp) on 12 heads of
+// d_k 64: unmasked, causal, a causal window of 256 keys, ALiBi then causal, and key padding
+// to half the keys. The masked ones skip the key blocks their masks remove, so their time
+// against the unmasked kernel's is the fraction of the scores they compute. GFLOP/s counts
+// the unmasked product's 4·n²·d_k a head for every mask (an effective rate). Arguments: n,
+// then threads.
+#include <benchmark/benchmark.h>
+
+#include <cmath>
+
+#include <tbb/task_arena.h>
+
+#include "engine/fused_attention.hpp"
+#include "graphs/mha.hpp"
+
+using namespace attngraph;
+
+namespace {
+
+constexpr std::size_t heads = 12, dk = 64;
+
+enum class Chain { none, causal, window, alibi, padding };
+
+void fused(benchmark::State& state, Chain chain) {
+    const std::size_t n = static_cast<std::size_t>(state.range(0));
+    const Shape qkv{heads, n, dk}, scores{heads, n, n};
+    const Array<float> q = graphs::random_tensor(qkv, DType::f32, 1).as<float>();
+    const Array<float> k = graphs::random_tensor(qkv, DType::f32, 2).as<float>();
+    const Array<float> v = graphs::random_tensor(qkv, DType::f32, 3).as<float>();
+    Array<float> slopes = Array<float>::from_shape({heads});
+    for (std::size_t h = 0; h < heads; ++h) slopes(h) = std::pow(2.0f, -8.0f * static_cast<float>(h + 1) / heads);
+    Array<float> o = Array<float>::from_shape(qkv);
+
+    AttentionSpec spec;
+    spec.batch = {heads};
+    spec.k_batch = spec.v_batch = {heads};
+    spec.n = spec.m = n, spec.dk = spec.dv = dk;
+    ScoreStage scale;
+    scale.kind = ScoreStage::Kind::scale;
+    scale.factor = 1.0 / std::sqrt(static_cast<double>(dk));
+    scale.shape = scores;
+    spec.stages.push_back(scale);
+    ScoreStage mask;
+    mask.kind = ScoreStage::Kind::mask;
+    mask.shape = scores;
+    if (chain == Chain::alibi) {
+        ScoreStage bias;
+        bias.kind = ScoreStage::Kind::alibi;
+        bias.operand = 3;
+        bias.operand_shape = {heads};
+        bias.shape = scores;
+        spec.stages.push_back(bias);
+    }
+    if (chain == Chain::causal || chain == Chain::alibi) mask.pattern = ScoreStage::Pattern::causal;
+    if (chain == Chain::window) {
+        mask.pattern = ScoreStage::Pattern::window;
+        mask.window = 256;
+        mask.window_causal = true;
+    }
+    if (chain == Chain::padding) {  // heads as the batch axis: every head keeps the first n / 2 keys
+        mask.pattern = ScoreStage::Pattern::padding;
+        mask.lengths.assign(heads, static_cast<int>(n / 2));
+    }
+    if (chain != Chain::none) spec.stages.push_back(mask);
+    spec.finish();
+
+    const Array<float>* in[] = {&q, &k, &v, &slopes};
+    Array<float>* out[] = {&o};
+    tbb::task_arena arena(static_cast<int>(state.range(1)));
+    arena.execute([&] {
+        for (auto _ : state) {
+            fused_attention_forward<float>(spec, In<float>(in, 4), Out<float>(out, 1));
+            benchmark::DoNotOptimize(o.data());
+        }
+    });
+    state.counters["GFLOP/s"] = benchmark::Counter(4.0 * heads * n * n * dk * 1e-9,
+                                                   benchmark::Counter::kIsIterationInvariantRate);
+}
+
+}  // namespace
+
+static void BM_FusedAttention(benchmark::State& state) {
+    fused(state, Chain::none);
+}
+static void BM_FusedAttentionCausal(benchmark::State& state) {
+    fused(state, Chain::causal);
+}
+static void BM_FusedAttentionWindow256(benchmark::State& state) {
+    fused(state, Chain::window);
+}
+static void BM_FusedAttentionAlibiCausal(benchmark::State& state) {
+    fused(state, Chain::alibi);
+}
+static void BM_FusedAttentionPaddedHalf(benchmark::State& state) {
+    fused(state, Chain::padding);
+}
+
+static void sizes(benchmark::internal::Benchmark* b) {
+    for (int threads : {1, 2})
+        for (int n : {1024, 4096}) b->Args({n, threads});
+    b->ArgNames({"n", "threads"})->Unit(benchmark::kMillisecond)->UseRealTime();
+}
+
+BENCHMARK(BM_FusedAttention)->Apply(sizes);
+BENCHMARK(BM_FusedAttentionCausal)->Apply(sizes);
+BENCHMARK(BM_FusedAttentionWindow256)->Apply(sizes);
+BENCHMARK(BM_FusedAttentionAlibiCausal)->Apply(sizes);
+BENCHMARK(BM_FusedAttentionPaddedHalf)->Apply(sizes);
