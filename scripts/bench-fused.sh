@@ -1,0 +1,26 @@
+#!/bin/bash
+# Issue 14, target 1: the masked variants on the fused attention path against mha-batched,
+# round after round (each round runs every command once, so that a change of the machine's
+# load hits both sides of a ratio). d_model 768, 12 heads, 2 threads (all cores), f32.
+#   scripts/bench-fused.sh [rounds]      (default 3; the figures are in docs/performance.md)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+B=build/release/attngraph
+run() {
+    echo "\$ bench $*"
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE "$B" bench "$@" --d-model 768 --heads 12
+}
+for round in $(seq 1 "${1:-3}"); do
+    echo "# round $round: $(uptime)"
+    run --variant mha-batched --seq 4096 --reps 3
+    run --variant causal --seq 4096 --reps 3
+    run --variant mha-batched --seq 8192 --reps 2
+    run --variant sliding-window --window 256 --causal --seq 8192 --reps 2
+    run --variant mha-batched --seq 2048 --reps 3
+    run --variant alibi --seq 2048 --reps 3
+    run --variant cross --kv-seq 2048 --seq 2048 --reps 3
+    run --variant gqa --groups 4 --seq 2048 --reps 3
+    run --variant mqa --seq 2048 --reps 3
+    run --variant decode --past 0 --seq 2048 --reps 3
+    run --variant sliding-window --window 256 --seq 2048 --reps 3
+done
