@@ -58,6 +58,7 @@
 
 #include "ops/add.hpp"
 #include "ops/alibi.hpp"
+#include "ops/attention_op.hpp"
 #include "ops/concat.hpp"
 #include "ops/cos.hpp"
 #include "ops/div.hpp"
@@ -102,7 +103,7 @@ inline constexpr auto builtin_ops =
     boost::hana::tuple_t<Linear, Transpose, MatMul, Scale, Softmax, Concat, Add, Mask, Slice, Split, Reshape, Permute,
                          Alibi, Neg, Exp, Log, Tanh, Erf, Sqrt, Pow, Sin, Cos, Mul, Sub, Div, Where, Equal, Less, Greater,
                          ReduceSum, ReduceMean, ReduceMax, Expand, Gather, Range, RMSNormalization, LayerNormalization,
-                         RotaryEmbedding>;
+                         RotaryEmbedding, Attention>;
 
 }  // namespace attngraph::ops
 
