@@ -18,6 +18,8 @@
 #include "ops/attention.hpp"
 #include "support/helpers.hpp"
 
+BOOST_AUTO_TEST_SUITE(test_op_attention)  // one suite a file: the op tests share one program (tests/CMakeLists.txt)
+
 using namespace attngraph;
 namespace fs = std::filesystem;
 namespace bdata = boost::unit_test::data;
@@ -379,3 +381,5 @@ BOOST_AUTO_TEST_CASE(graph_file_attention_refuses_bad_input_counts) {
         return m.find("'attn' (Attention)") != std::string::npos && m.find("got 2") != std::string::npos;
     });
 }
+
+BOOST_AUTO_TEST_SUITE_END()
