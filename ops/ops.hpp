@@ -25,7 +25,8 @@
 //  2. Include ops/foo.hpp below and add `Foo` to builtin_ops. Nothing else: name lookup, JSON
 //     attributes, shape inference, forward/backward dispatch, formulas all come from the list.
 //  3. Optional: a C++ builder function (declared below, defined in ops/functions.cpp) and the
-//     op's test, tests/test_op_foo.cpp.
+//     op's test, tests/test_op_foo.cpp (a Boost.Test suite test_op_foo: the op tests are one
+//     program, docs/testing.md).
 //
 // Optional members (engine/op.hpp fills in a default when an op leaves one out): formula
 // ("Foo(a, b)"), latex (explain's line), flops (bench's count, 0), backward (none).
