@@ -153,6 +153,7 @@ template <class T>
 void AttentionKernel<T>::write(const std::vector<int>& slots, Out<T> kept, const Block& blk, const T* s,
                                std::size_t ld, std::size_t c0, std::size_t level, T fill) const {
     const std::size_t m = m_spec.m;
+    if (kept.empty()) return;  // weights() for a recomputation: nothing to write
     for (int slot : slots) {
         T* out = kept[static_cast<std::size_t>(slot)]->data() + (blk.b * m_spec.n + blk.r0) * m;
         for (std::size_t r = 0; r < blk.rows; ++r) {

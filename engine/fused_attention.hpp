@@ -117,8 +117,9 @@ public:
         const T* a;
         std::size_t lda;
     };
-    /// @brief A of `blk` in `scratch` (scratch_size() elements). `kept`: the step's outputs (or
-    /// empty), the kept values of the chain written for the block's rows.
+    /// @brief A of `blk` in `scratch` (scratch_size() elements). `kept`: the step's outputs, the
+    /// kept values of the chain written for the block's rows; empty: nothing written (a
+    /// backward recomputing A gets the forward's bits either way).
     Weights weights(const Block& blk, T* scratch, Out<T> kept) const;
     /// @brief weights(), then O's rows of the block: o = A·V (o points at row r0 of matrix b).
     void forward(const Block& blk, T* scratch, Out<T> kept, T* o) const;
