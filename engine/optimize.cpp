@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "engine/attention_kernel.hpp"
 #include "engine/gemm.hpp"
 #include "engine/parallel.hpp"
 #include "engine/softmax_kernel.hpp"
@@ -314,43 +315,29 @@ void matmul_tb_forward(const Array<T>& a, const Array<T>& b, Array<T>& c) {
 }
 
 // O = softmax(c · Q·Kᵀ)·V by blocks of gemm_row_block query rows, exactly the blocks the
-// plain GEMMs run: per block, S_raw = Q_blk·Kᵀ (rows x m), S = c · S_raw, A = softmax(S),
-// O_blk = A·V. A block of S_raw, S or A goes to its own array when kept, else to a scratch
-// block reused in place, so an untraced run never holds the n×m scores.
+// plain GEMMs run: per block, attention_weights_block computes S_raw, S and A (rows x m),
+// then O_blk = A·V. A block of S_raw, S or A goes to its own array when kept, else to a
+// scratch block reused in place, so an untraced run never holds the n×m scores.
 template <class T>
 void attention_forward(const Step& step, In<T> in, Out<T> out) {
-    const Array<T>& q = *in[0];
-    const Array<T>& k = *in[1];
-    const Array<T>& v = *in[2];
     std::size_t slot = 1;
     T* s_raw_out = step.keep_s_raw ? out[slot++]->data() : nullptr;
     T* s_out = step.keep_s ? out[slot++]->data() : nullptr;
     T* a_out = step.keep_a ? out[slot++]->data() : nullptr;
-    const T factor = static_cast<T>(step.factor);
-    const Shape qs = shape_of(q), ks = shape_of(k), vs = shape_of(v);
-    const std::size_t n = qs.end()[-2], dk = qs.back(), m = ks.end()[-2], dv = vs.back();
-    const std::size_t batches = element_count(batch_of(qs));
-    const std::vector<std::size_t> kb = batch_offsets(batch_of(qs), batch_of(ks)),
-                                   vb = batch_offsets(batch_of(qs), batch_of(vs));
+    const AttentionOperands<T> op =
+        attention_operands<T>(*in[0], *in[1], *in[2], static_cast<T>(step.factor), step.scaled);
+    const std::size_t n = op.n, m = op.m, dv = op.dv;
     const std::size_t blocks = (n + gemm_row_block - 1) / gemm_row_block;
     const bool need_scratch = !s_raw_out || (step.scaled && !s_out) || !a_out;
-    parallel_chunks(batches * blocks, 1, [&](std::size_t c0, std::size_t c1) {
+    parallel_chunks(op.batches * blocks, 1, [&](std::size_t c0, std::size_t c1) {
         std::vector<T> scratch(need_scratch ? std::min(n, gemm_row_block) * m : 0);
         for (std::size_t c = c0; c < c1; ++c) {
             const std::size_t b = c / blocks, r0 = (c % blocks) * gemm_row_block;
             const std::size_t rows = std::min(gemm_row_block, n - r0), at = (b * n + r0) * m;
             T* sr = s_raw_out ? s_raw_out + at : scratch.data();
-            gemm<T>(false, true, rows, m, dk, T(1), q.data() + (b * n + r0) * dk, dk, k.data() + kb[b] * m * dk, dk,
-                    T(0), sr, m);
             T* a = a_out ? a_out + at : scratch.data();
-            if (s_out) {  // S kept: the Scale op's arithmetic, then softmax of S
-                T* sv = s_out + at;
-                for (std::size_t i = 0; i < rows * m; ++i) sv[i] = factor * sr[i];
-                softmax_rows<T>(sv, a, rows, m, T(1), false);
-            } else {
-                softmax_rows<T>(sr, a, rows, m, factor, step.scaled);
-            }
-            gemm<T>(false, false, rows, dv, m, T(1), a, m, v.data() + vb[b] * m * dv, dv, T(0),
+            attention_weights_block<T>(op, b, r0, rows, sr, s_out ? s_out + at : nullptr, a);
+            gemm<T>(false, false, rows, dv, m, T(1), a, m, op.v + op.vb[b] * m * dv, dv, T(0),
                     out[0]->data() + (b * n + r0) * dv, dv);
         }
     });
@@ -396,6 +383,51 @@ void scaled_softmax_forward(const Array<T>& x, Array<T>& y, T factor) {
 }
 
 }  // namespace
+
+template <class T>
+AttentionOperands<T> attention_operands(const Array<T>& q, const Array<T>& k, const Array<T>& v, T factor,
+                                        bool scaled) {
+    const Shape qs = shape_of(q), ks = shape_of(k), vs = shape_of(v);
+    AttentionOperands<T> op;
+    op.q = q.data();
+    op.k = k.data();
+    op.v = v.data();
+    op.n = qs.end()[-2];
+    op.dk = qs.back();
+    op.m = ks.end()[-2];
+    op.dv = vs.back();
+    op.batches = element_count(batch_of(qs));
+    op.k_batches = element_count(batch_of(ks));
+    op.v_batches = element_count(batch_of(vs));
+    op.kb = batch_offsets(batch_of(qs), batch_of(ks));
+    op.vb = batch_offsets(batch_of(qs), batch_of(vs));
+    op.factor = factor;
+    op.scaled = scaled;
+    return op;
+}
+
+template <class T>
+void attention_weights_block(const AttentionOperands<T>& op, std::size_t b, std::size_t r0, std::size_t rows, T* s_raw,
+                             T* s, T* a) {
+    const std::size_t m = op.m, dk = op.dk;
+    gemm<T>(false, true, rows, m, dk, T(1), op.q + (b * op.n + r0) * dk, dk, op.k + op.kb[b] * m * dk, dk, T(0), s_raw,
+            m);
+    if (s) {  // S kept: the Scale op's arithmetic, then softmax of S
+        for (std::size_t i = 0; i < rows * m; ++i) s[i] = op.factor * s_raw[i];
+        softmax_rows<T>(s, a, rows, m, T(1), false);
+    } else {
+        softmax_rows<T>(s_raw, a, rows, m, op.factor, op.scaled);
+    }
+}
+
+template AttentionOperands<float> attention_operands<float>(const Array<float>&, const Array<float>&,
+                                                            const Array<float>&, float, bool);
+template AttentionOperands<double> attention_operands<double>(const Array<double>&, const Array<double>&,
+                                                              const Array<double>&, double, bool);
+template void attention_weights_block<float>(const AttentionOperands<float>&, std::size_t, std::size_t, std::size_t,
+                                             float*, float*, float*);
+template void attention_weights_block<double>(const AttentionOperands<double>&, std::size_t, std::size_t, std::size_t,
+                                              double*, double*, double*);
 
 template <class T>
 void run_step(const Graph& graph, const Step& step, In<T> in, Out<T> out) {
