@@ -7,6 +7,7 @@
 
 #include "engine/attention_kernel.hpp"
 #include "engine/error.hpp"
+#include "engine/gemm.hpp"
 #include "engine/npy.hpp"
 #include "engine/optimize.hpp"
 #include "engine/parallel.hpp"
@@ -46,9 +47,40 @@ struct AttentionGroup {
     bool scaled = false;
 };
 
+// A linear_group step of the forward plan: Linear nodes reading the same x (the heads' Q, K,
+// V projections). Its backward is one task: each member's dW and db, then
+// dX += [dY_1 | dY_2 | ...]·[W_1 | W_2 | ...]ᵀ, one wide GEMM instead of one per member, each
+// into a part of dX's size, and their sum.
+struct LinearGroup {
+    std::vector<std::size_t> members;  // the Linear nodes, in graph order
+    std::size_t member_inputs = 1;     // inputs after x: W, or W and b
+};
+
 // The attention steps of the plan for `kept` whose internal values (S_raw, S, A, a folded KT)
 // get no gradient from outside the step: none of them is a graph output.
-std::vector<AttentionGroup> attention_groups(const Graph& g, const std::vector<bool>& kept) {
+std::vector<AttentionGroup> attention_groups(const Graph& g, const Plan& plan);
+
+struct FusedSteps {
+    std::vector<AttentionGroup> attention;
+    std::vector<LinearGroup> linear;
+};
+
+FusedSteps fused_steps(const Graph& g, const std::vector<bool>& kept) {
+    const Plan plan = make_plan(g, kept);
+    FusedSteps f;
+    f.attention = attention_groups(g, plan);
+    for (const Step& step : plan.steps) {
+        if (step.kind != StepKind::linear_group) continue;
+        LinearGroup grp;
+        for (int n : step.nodes) grp.members.push_back(static_cast<std::size_t>(n));
+        std::sort(grp.members.begin(), grp.members.end());
+        grp.member_inputs = step.member_inputs;
+        f.linear.push_back(std::move(grp));
+    }
+    return f;
+}
+
+std::vector<AttentionGroup> attention_groups(const Graph& g, const Plan& plan) {
     const auto& nodes = g.nodes();
     std::vector<bool> is_output(g.values().size(), false);
     for (int id : g.outputs()) is_output[static_cast<std::size_t>(id)] = true;
@@ -56,7 +88,7 @@ std::vector<AttentionGroup> attention_groups(const Graph& g, const std::vector<b
         return nodes[static_cast<std::size_t>(g.value(id).producer)];
     };
     std::vector<AttentionGroup> groups;
-    for (const Step& step : make_plan(g, kept).steps) {
+    for (const Step& step : plan.steps) {
         if (step.kind != StepKind::attention) continue;
         AttentionGroup grp;
         grp.o_node = static_cast<std::size_t>(step.node);
@@ -103,18 +135,20 @@ struct BackwardPlan {
     // node index -> input slot -> position in edges[input], -1: no gradient for that slot
     std::vector<std::vector<int>> slot_edge;
     std::vector<AttentionGroup> groups;
-    std::vector<int> group_of;  // node index -> the group covering it, -1: none
+    std::vector<int> group_of;  // node index -> the attention group covering it, -1: none
+    std::vector<LinearGroup> linear;
+    std::vector<int> linear_of;  // node index -> the linear group covering it, -1: none
     // the tasks: a node's backward, a group's, or the sum of a value's parts
-    enum class Kind { node, sum, attention };
+    enum class Kind { node, sum, attention, linear };
     struct Task {
         Kind kind = Kind::node;
-        std::size_t index = 0;  // node index, value id for a sum, group index
+        std::size_t index = 0;  // node index, value id for a sum, group index (attention or linear)
     };
     std::vector<Task> tasks;
     TaskGraph graph;
 };
 
-BackwardPlan make_backward_plan(const Graph& g, const std::vector<bool>& requested, std::vector<AttentionGroup> groups) {
+BackwardPlan make_backward_plan(const Graph& g, const std::vector<bool>& requested, FusedSteps fused) {
     const auto& values = g.values();
     const auto& nodes = g.nodes();
     using Kind = BackwardPlan::Kind;
@@ -144,8 +178,15 @@ BackwardPlan make_backward_plan(const Graph& g, const std::vector<bool>& request
         p.runs[i] = out_reaches && in_needs;
     }
     // a group runs when its O node does; its members then run inside it, whatever they would alone
-    std::erase_if(groups, [&](const AttentionGroup& grp) { return !p.runs[grp.o_node]; });
-    p.groups = std::move(groups);
+    std::erase_if(fused.attention, [&](const AttentionGroup& grp) { return !p.runs[grp.o_node]; });
+    p.groups = std::move(fused.attention);
+    // a linear group of the members that run, when two or more do
+    for (LinearGroup& grp : fused.linear) std::erase_if(grp.members, [&](std::size_t i) { return !p.runs[i]; });
+    std::erase_if(fused.linear, [](const LinearGroup& grp) { return grp.members.size() < 2; });
+    p.linear = std::move(fused.linear);
+    p.linear_of.assign(nodes.size(), -1);
+    for (std::size_t gi = 0; gi < p.linear.size(); ++gi)
+        for (std::size_t i : p.linear[gi].members) p.linear_of[i] = static_cast<int>(gi);
     p.group_of.assign(nodes.size(), -1);
     std::vector<int> made_by(values.size(), -1);  // value id -> the group whose member writes it
     for (std::size_t gi = 0; gi < p.groups.size(); ++gi)
@@ -161,14 +202,16 @@ BackwardPlan make_backward_plan(const Graph& g, const std::vector<bool>& request
         const Node& n = nodes[i];
         p.slot_edge[i].assign(n.inputs.size(), -1);
         if (!p.runs[i]) continue;
-        const int group = p.group_of[i];
-        if (group < 0 && (!n.op->backward<float>() || !n.op->backward<double>()))
+        const int group = p.group_of[i], linear = p.linear_of[i];
+        if (group < 0 && linear < 0 && (!n.op->backward<float>() || !n.op->backward<double>()))
             throw GraphError("node '" + n.name + "' (" + n.op->name + ") has no backward: graph '" + g.name() +
                              "' cannot be differentiated through it");
         for (std::size_t k = 0; k < n.inputs.size(); ++k) {
             const auto v = static_cast<std::size_t>(n.inputs[k]);
             if (!needs[v] || !n.op->has_grad(k)) continue;
             if (group >= 0 && made_by[v] == group) continue;  // internal: the group computes it
+            // x: the linear group adds dX once, through its first member's slot
+            if (linear >= 0 && k == 0 && p.linear[static_cast<std::size_t>(linear)].members[0] != i) continue;
             p.slot_edge[i][k] = static_cast<int>(p.edges[v].size());
             p.edges[v].emplace_back(i, k);
             p.graph.work += element_count(values[v].shape);
@@ -189,9 +232,14 @@ BackwardPlan make_backward_plan(const Graph& g, const std::vector<bool>& request
     for (std::size_t i = nodes.size(); i-- > 0;) {
         for (int id : nodes[i].outputs) add_sum(static_cast<std::size_t>(id));
         if (!p.runs[i]) continue;
-        const int group = p.group_of[i];
+        const int group = p.group_of[i], linear = p.linear_of[i];
         if (group >= 0 && p.groups[static_cast<std::size_t>(group)].o_node != i) continue;
-        if (group >= 0) {
+        // a linear group stands at its first member: after every consumer of every member
+        if (linear >= 0 && p.linear[static_cast<std::size_t>(linear)].members[0] != i) continue;
+        if (linear >= 0) {
+            for (std::size_t member : p.linear[static_cast<std::size_t>(linear)].members) node_task[member] = p.tasks.size();
+            p.tasks.push_back({Kind::linear, static_cast<std::size_t>(linear)});
+        } else if (group >= 0) {
             for (std::size_t member : p.groups[static_cast<std::size_t>(group)].members) node_task[member] = p.tasks.size();
             p.tasks.push_back({Kind::attention, static_cast<std::size_t>(group)});
         } else {
@@ -222,8 +270,10 @@ BackwardPlan make_backward_plan(const Graph& g, const std::vector<bool>& request
             if (complete_after(task.index) != none) p.graph.successors[t].push_back(complete_after(task.index));
         } else if (task.kind == Kind::node) {
             wait_for_inputs(t, task.index);
-        } else {
+        } else if (task.kind == Kind::attention) {
             for (std::size_t member : p.groups[task.index].members) wait_for_inputs(t, member);
+        } else {
+            for (std::size_t member : p.linear[task.index].members) wait_for_inputs(t, member);
         }
     }
     return p;
@@ -278,6 +328,11 @@ public:
                 case BackwardPlan::Kind::node:
                     execute(task.index);
                     if (m_progress) m_progress(++m_nodes_done, m_nodes_total);
+                    return true;
+                case BackwardPlan::Kind::linear:
+                    execute_linear(m_plan.linear[task.index]);
+                    if (m_progress)
+                        m_progress(m_nodes_done += m_plan.linear[task.index].members.size(), m_nodes_total);
                     return true;
                 case BackwardPlan::Kind::attention:
                     execute_group(m_plan.groups[task.index]);
@@ -341,8 +396,9 @@ private:
         m_has[v] = 0;
     }
 
-    // node i's backward: adds into the gradients (or parts) of its inputs
-    void execute(std::size_t i) {
+    // node i's backward: adds into the gradients (or parts) of its inputs (but its input 0's
+    // when skip_x: a linear group adds that; it then also keeps the output gradients)
+    void execute(std::size_t i, bool skip_x = false) {
         const Node& node = m_graph.nodes()[i];
         const auto t0 = std::chrono::steady_clock::now();
         std::vector<const Array<T>*> in, out, dout;
@@ -354,9 +410,10 @@ private:
             allocate(v);
             dout.push_back(&m_grad[v]);
         }
-        for (std::size_t k = 0; k < node.inputs.size(); ++k) din.push_back(input_grad(i, k));
+        for (std::size_t k = 0; k < node.inputs.size(); ++k) din.push_back(skip_x && k == 0 ? nullptr : input_grad(i, k));
         node.op->backward<T>()(node.attrs, In<T>(in), In<T>(out), In<T>(dout), Out<T>(din));
         m_seconds[i] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        if (skip_x) return;
         for (int id : node.outputs) release_grad(id);
     }
 
@@ -408,6 +465,55 @@ private:
         }
         m_seconds[grp.o_node] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         release_grad(grp.o);
+    }
+
+    // A linear group's backward (in the forward pass this was: y_i = x·W_i + b_i for every
+    // member i; dy_i is (M, out_i)): each member's own Linear backward for dW_i and db_i (the
+    // bits of a backward without the group), and for all of them at once
+    // dx (M, in) += [dy_1 | dy_2 | ...]·[W_1 | W_2 | ...]ᵀ, one wide GEMM.
+    void execute_linear(const LinearGroup& grp) {
+        const auto& nodes = m_graph.nodes();
+        const auto t0 = std::chrono::steady_clock::now();
+        const std::size_t first = grp.members[0];
+        for (std::size_t i : grp.members) execute(i, /*skip_x=*/true);
+        Array<T>* dx = input_grad(first, 0);
+        const Array<T>& x = *m_forward[static_cast<std::size_t>(nodes[first].inputs[0])];
+        auto weight = [&](std::size_t j) -> const Array<T>& {
+            return *m_forward[static_cast<std::size_t>(nodes[grp.members[j]].inputs[1])];
+        };
+        const std::size_t k = weight(0).shape()[0];
+        std::vector<std::size_t> offset(grp.members.size() + 1, 0);
+        for (std::size_t j = 0; j < grp.members.size(); ++j) offset[j + 1] = offset[j] + weight(j).shape()[1];
+        const std::size_t width = offset.back(), rows = k ? x.size() / k : 0;
+        if (dx && rows && k) {
+            Array<T> dy_all = Array<T>::from_shape({rows, width}), w_all = Array<T>::from_shape({k, width});
+            parallel_chunks(rows, grain_for(width), [&](std::size_t r0, std::size_t r1) {
+                for (std::size_t j = 0; j < grp.members.size(); ++j) {
+                    const auto y = static_cast<std::size_t>(nodes[grp.members[j]].outputs[0]);
+                    const std::size_t w = offset[j + 1] - offset[j];
+                    for (std::size_t r = r0; r < r1; ++r) {
+                        T* to = dy_all.data() + r * width + offset[j];
+                        if (m_has[y])
+                            std::copy_n(m_grad[y].data() + r * w, w, to);
+                        else
+                            std::fill_n(to, w, T(0));
+                    }
+                }
+            });
+            parallel_chunks(k, grain_for(width), [&](std::size_t r0, std::size_t r1) {
+                for (std::size_t j = 0; j < grp.members.size(); ++j) {
+                    const std::size_t w = offset[j + 1] - offset[j];
+                    for (std::size_t r = r0; r < r1; ++r)
+                        std::copy_n(weight(j).data() + r * w, w, w_all.data() + r * width + offset[j]);
+                }
+            });
+            gemm<T>(false, true, rows, k, width, T(1), dy_all.data(), width, w_all.data(), width, T(1), dx->data(), k);
+        }
+        const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        for (std::size_t i : grp.members) {
+            m_seconds[i] = seconds / static_cast<double>(grp.members.size());
+            release_grad(nodes[i].outputs[0]);
+        }
     }
 
     // every consumer of v has added its part: the parts go into v's gradient in consumer order
@@ -487,13 +593,13 @@ Gradients Executor::backward(const Graph& graph, const RunResult& forward,
             seeds[id] = Tensor(Array<double>(Array<double>::shape_type(s.begin(), s.end()), 1.0));
     }
 
-    std::vector<AttentionGroup> groups;
-    if (fuse) {  // the attention steps of the plan for what the forward kept
+    FusedSteps fused;
+    if (fuse) {  // the fused steps of the plan for what the forward kept
         std::vector<bool> kept(graph.values().size());
         for (std::size_t v = 0; v < kept.size(); ++v) kept[v] = forward.values[v] || graph.values()[v].data;
-        groups = attention_groups(graph, kept);
+        fused = fused_steps(graph, kept);
     }
-    const BackwardPlan plan = make_backward_plan(graph, requested, std::move(groups));
+    const BackwardPlan plan = make_backward_plan(graph, requested, std::move(fused));
     if (graph.dtype() == DType::f32)
         return BackwardRun<float>(graph, forward, plan, std::move(seeds), progress).run(*this);
     return BackwardRun<double>(graph, forward, plan, std::move(seeds), progress).run(*this);
@@ -508,7 +614,7 @@ Gradients backward(const Graph& graph, const RunResult& forward, const std::map<
 
 std::vector<bool> backward_keep(const Graph& graph, const std::vector<bool>& keep) {
     std::vector<bool> all(graph.values().size(), true);
-    for (const AttentionGroup& grp : attention_groups(graph, keep))
+    for (const AttentionGroup& grp : fused_steps(graph, keep).attention)
         for (std::size_t i : grp.members)
             for (int id : graph.nodes()[i].outputs)
                 if (id != grp.o) all[static_cast<std::size_t>(id)] = keep[static_cast<std::size_t>(id)];
