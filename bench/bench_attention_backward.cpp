@@ -1,6 +1,7 @@
 // The fused attention backward (engine/attention_kernel.hpp) for 12 heads of d_k 64: with
-// the weights recomputed block by block (an untraced run), and read from a kept A (a traced
-// run). Arguments: n, then threads. GFLOP/s counts the backward's GEMMs: 8·n²·d_k a head
+// the weights recomputed block by block (an untraced run; here by attention_operands' plain
+// GEMM + softmax, the backward plan uses the forward's kernel), and read from a kept A (a
+// traced run). Arguments: n, then threads. GFLOP/s counts the backward's GEMMs: 8·n²·d_k a head
 // (dV, dA, dQ, dK), plus 2·n²·d_k for the recomputed scores.
 #include <benchmark/benchmark.h>
 
@@ -31,7 +32,7 @@ void attention_backward_heads(benchmark::State& state, bool kept) {
         for (std::size_t b = 0; b < heads; ++b)
             for (std::size_t r0 = 0; r0 < n; r0 += 128) {
                 float* blk = a.data() + (b * n + r0) * n;
-                attention_weights_block<float>(op, b, r0, std::min<std::size_t>(128, n - r0), blk, nullptr, blk);
+                op.weights(b, r0, std::min<std::size_t>(128, n - r0), blk);
             }
     }
     Array<float> dq = Array<float>::from_shape(s), dkv = Array<float>::from_shape(s), dv = Array<float>::from_shape(s);

@@ -5,6 +5,7 @@
 #include "engine/attention_kernel.hpp"
 #include "engine/gemm.hpp"
 #include "engine/parallel.hpp"
+#include "engine/softmax_kernel.hpp"
 
 namespace attngraph {
 
@@ -87,7 +88,7 @@ void backward_blocks(const AttentionOperands<T>& op, const T* a_kept, const T* d
                 const T* q_blk = op.q + (b * n + r0) * dk;
                 const T* do_blk = d_o + (b * n + r0) * dv;
                 const T* a = a_kept ? a_kept + at : a_block.data();
-                if (!a_kept) attention_weights_block<T>(op, b, r0, rows, a_block.data(), nullptr, a_block.data());
+                if (!a_kept) op.weights(b, r0, rows, a_block.data());
                 // O_blk = A·V:  dV += Aᵀ·dO_blk (m, dv),  dA = dO_blk·Vᵀ (rows, m)
                 if (dv_b) gemm<T>(true, false, m, dv, rows, T(1), a, m, do_blk, dv, T(1), dv_b, dv);
                 if (!need_ds) continue;
@@ -124,9 +125,60 @@ void attention_backward(const AttentionOperands<T>& op, const T* a, const T* d_o
     backward_blocks<T>(op, a, d_o, grads);
 }
 
+template <class T>
+AttentionOperands<T> attention_operands(const Array<T>& q, const Array<T>& k, const Array<T>& v, T factor,
+                                        bool scaled) {
+    const Shape qs(q.shape().begin(), q.shape().end()), ks(k.shape().begin(), k.shape().end()),
+        vs(v.shape().begin(), v.shape().end());
+    AttentionOperands<T> op;
+    op.q = q.data();
+    op.k = k.data();
+    op.v = v.data();
+    op.n = qs.end()[-2];
+    op.dk = qs.back();
+    op.m = ks.end()[-2];
+    op.dv = vs.back();
+    const Shape qb(qs.begin(), qs.end() - 2), kbs(ks.begin(), ks.end() - 2), vbs(vs.begin(), vs.end() - 2);
+    op.batches = element_count(qb);
+    op.k_batches = element_count(kbs);
+    op.v_batches = element_count(vbs);
+    // matrix of a broadcast operand for each batch of Q (numpy broadcasting of the batch axes)
+    auto offsets = [&](const Shape& operand) {
+        std::vector<std::size_t> strides(qb.size(), 0), out(op.batches);
+        std::size_t stride = 1;
+        for (std::size_t i = operand.size(); i-- > 0;) {
+            strides[i + qb.size() - operand.size()] = operand[i] == 1 ? 0 : stride;
+            stride *= operand[i];
+        }
+        for (std::size_t flat = 0; flat < op.batches; ++flat) {
+            std::size_t rem = flat, off = 0;
+            for (std::size_t i = qb.size(); i-- > 0;) {
+                off += (rem % qb[i]) * strides[i];
+                rem /= qb[i];
+            }
+            out[flat] = off;
+        }
+        return out;
+    };
+    op.kb = offsets(kbs);
+    op.vb = offsets(vbs);
+    op.factor = factor;
+    op.scaled = scaled;
+    op.weights = [q = op.q, k = op.k, kb = op.kb, n = op.n, m = op.m, dk = op.dk, factor, scaled](
+                     std::size_t b, std::size_t r0, std::size_t rows, T* a) {
+        gemm<T>(false, true, rows, m, dk, T(1), q + (b * n + r0) * dk, dk, k + kb[b] * m * dk, dk, T(0), a, m);
+        softmax_rows<T>(a, a, rows, m, factor, scaled);
+    };
+    return op;
+}
+
 template void attention_backward<float>(const AttentionOperands<float>&, const float*, const float*,
                                         const AttentionGrads<float>&);
 template void attention_backward<double>(const AttentionOperands<double>&, const double*, const double*,
                                          const AttentionGrads<double>&);
+template AttentionOperands<float> attention_operands<float>(const Array<float>&, const Array<float>&,
+                                                            const Array<float>&, float, bool);
+template AttentionOperands<double> attention_operands<double>(const Array<double>&, const Array<double>&,
+                                                              const Array<double>&, double, bool);
 
 }  // namespace attngraph

@@ -1,13 +1,14 @@
 #pragma once
-// The fused attention step's kernels: O = softmax(c · Q·Kᵀ)·V by blocks of gemm_row_block
-// query rows, forward (engine/optimize.cpp) and backward (engine/attention_backward.cpp).
-// Both compute a block's scores and weights with attention_weights_block, so the backward's
-// recomputed A has the forward's bits.
+// The fused attention step's backward (engine/attention_backward.cpp) for O = softmax(c·Q·Kᵀ)·V,
+// by the forward's blocks of gemm_row_block query rows. The backward plan recomputes a
+// block's weights with the forward's own kernel (engine/fused_attention.hpp), so they have
+// the forward's bits.
 //
 // Legend: Q is (batch..., n, dk); K is (kbatch..., m, dk) and V (vbatch..., m, dv), their
 // batch axes broadcasting to Q's (K and V shared across query heads: MQA, GQA); O and dO
 // are (batch..., n, dv); S_raw, S, A and their gradients are (batch..., n, m).
 #include <cstddef>
+#include <functional>
 #include <vector>
 
 #include "engine/graph.hpp"
@@ -26,20 +27,18 @@ struct AttentionOperands {
     std::vector<std::size_t> kb, vb;           ///< batch of Q -> its matrix of K, of V
     T factor = T(1);                           ///< the folded Scale factor c
     bool scaled = false;                       ///< whether c applies
+    /// A of the forward's block of query rows [r0, r0 + rows) of batch b into `a` (rows, m):
+    /// the backward's recomputation. The backward plan sets it to the forward's own kernel
+    /// (AttentionKernel::weights, engine/fused_attention.hpp), which gives the forward's bits
+    /// and is where a mask or a bias would come in; attention_operands() sets softmax(c·Q·Kᵀ)
+    /// by the engine's GEMM and softmax kernel.
+    std::function<void(std::size_t b, std::size_t r0, std::size_t rows, T* a)> weights;
 };
 
 /// @brief The operands of q, k, v (shapes as in the legend; not checked here).
 template <class T>
 AttentionOperands<T> attention_operands(const Array<T>& q, const Array<T>& k, const Array<T>& v, T factor,
                                         bool scaled);
-
-/// @brief Scores and weights of query rows [r0, r0 + rows) of batch b, each (rows, m):
-/// s_raw = Q_blk·Kᵀ, then, when s is not null, s = c · s_raw (the Scale op's arithmetic),
-/// then a = softmax(S). a may be s_raw (computed in place). The forward's own block: a
-/// backward that calls it gets the forward's A bit for bit.
-template <class T>
-void attention_weights_block(const AttentionOperands<T>& op, std::size_t b, std::size_t r0, std::size_t rows, T* s_raw,
-                             T* s, T* a);
 
 /// @brief Where the attention backward adds its gradients (each += into a zeroed or
 /// partly summed buffer; null: not wanted). dq (batch, n, dk), dk (k_batches, m, dk),
@@ -55,8 +54,7 @@ struct AttentionGrads {
 };
 
 /// @brief The backward of O = softmax(c · Q·Kᵀ)·V, FlashAttention-2 style: per query block,
-/// A from `a` (the forward's kept weights) or, when `a` is null, recomputed with
-/// attention_weights_block; then dV += Aᵀ·dO, dA = dO·Vᵀ, dS = A ⊙ (dA − rowsum(dA ⊙ A)),
+/// A from `a` (the forward's kept weights) or, when `a` is null, recomputed with op.weights; then dV += Aᵀ·dO, dA = dO·Vᵀ, dS = A ⊙ (dA − rowsum(dA ⊙ A)),
 /// dS_raw = c · dS, dQ += dS_raw·K, dK += dS_rawᵀ·Q. The query blocks of a batch add into
 /// dK and dV in block order; a K or V shared by several query heads gets each head's sum in
 /// its own buffer, added in head order: bit-identical for any thread count.

@@ -7,10 +7,12 @@
 
 #include "engine/attention_kernel.hpp"
 #include "engine/error.hpp"
+#include "engine/fused_attention.hpp"
 #include "engine/gemm.hpp"
 #include "engine/npy.hpp"
 #include "engine/optimize.hpp"
 #include "engine/parallel.hpp"
+#include "ops/ops.hpp"
 
 namespace attngraph {
 
@@ -45,6 +47,8 @@ struct AttentionGroup {
     int s_raw = -1, s = -1, a = -1;      // s: -1 without a Scale
     double factor = 1.0;
     bool scaled = false;
+    std::shared_ptr<const AttentionSpec> spec;  // the forward step's, to recompute A with its kernel
+    std::vector<int> inputs;                    // the forward step's inputs (Q, K, V)
 };
 
 // A linear_group step of the forward plan: Linear nodes reading the same x (the heads' Q, K,
@@ -89,18 +93,29 @@ std::vector<AttentionGroup> attention_groups(const Graph& g, const Plan& plan) {
     };
     std::vector<AttentionGroup> groups;
     for (const Step& step : plan.steps) {
-        if (step.kind != StepKind::attention) continue;
+        if (step.kind != StepKind::attention || !step.attention) continue;
+        const AttentionSpec& spec = *step.attention;
+        // the backward fuses the plain chain: at most a Scale between the scores and the softmax
+        bool plain = spec.stages.size() <= 1 && (spec.stages.empty() || spec.stages[0].kind == ScoreStage::Kind::scale);
+        for (int f : step.folded) {
+            const Node& fn = nodes[static_cast<std::size_t>(f)];
+            plain = plain && (fn.is<ops::Transpose>() || fn.is<ops::MatMul>() || fn.is<ops::Scale>() ||
+                              fn.is<ops::Softmax>());
+        }
+        if (!plain) continue;
         AttentionGroup grp;
+        grp.spec = step.attention;
+        grp.inputs = step.inputs;
         grp.o_node = static_cast<std::size_t>(step.node);
         const Node& o = nodes[grp.o_node];
         grp.o = o.outputs[0];
         grp.a = o.inputs[0];
         grp.v = o.inputs[1];
         const int s_in = producer(grp.a).inputs[0];
-        grp.scaled = step.scaled;
-        grp.factor = step.factor;
-        if (step.scaled) grp.s = s_in;
-        grp.s_raw = step.scaled ? producer(s_in).inputs[0] : s_in;
+        grp.scaled = !spec.stages.empty();
+        grp.factor = grp.scaled ? spec.stages[0].factor : 1.0;
+        if (grp.scaled) grp.s = s_in;
+        grp.s_raw = grp.scaled ? producer(s_in).inputs[0] : s_in;
         const Node& s_raw_node = producer(grp.s_raw);
         grp.q = s_raw_node.inputs[0];
         const int kt = s_raw_node.inputs[1];
@@ -424,9 +439,22 @@ private:
         const auto& nodes = m_graph.nodes();
         const auto t0 = std::chrono::steady_clock::now();
         const auto at = [](int id) { return static_cast<std::size_t>(id); };
-        const AttentionOperands<T> op = attention_operands<T>(*m_forward[at(grp.q)], *m_forward[at(grp.k)],
-                                                              *m_forward[at(grp.v)], static_cast<T>(grp.factor),
-                                                              grp.scaled);
+        AttentionOperands<T> op = attention_operands<T>(*m_forward[at(grp.q)], *m_forward[at(grp.k)],
+                                                        *m_forward[at(grp.v)], static_cast<T>(grp.factor), grp.scaled);
+        // A recomputed by the forward step's own kernel: its block, its bits
+        std::vector<const Array<T>*> step_in;
+        for (int id : grp.inputs) step_in.push_back(m_forward[at(id)]);
+        const AttentionKernel<T> kernel(*grp.spec, In<T>(step_in));
+        op.weights = [&](std::size_t b, std::size_t r0, std::size_t rows, T* a) {
+            const auto blk = kernel.block(b, r0 / gemm_row_block);
+            std::vector<T> scratch(kernel.scratch_size());
+            const auto w = kernel.weights(blk, scratch.data(), Out<T>{});
+            for (std::size_t r = 0; r < rows; ++r) {
+                T* row = a + r * op.m;
+                std::fill(row, row + op.m, T(0));
+                std::copy_n(w.a + r * w.lda, blk.hi - blk.lo, row + blk.lo);
+            }
+        };
         const std::size_t s_raw_node = at(m_graph.value(grp.s_raw).producer);
         AttentionGrads<T> g;
         if (Array<T>* dq = input_grad(s_raw_node, 0)) g.dq = dq->data();

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 
-#include "engine/attention_kernel.hpp"
 #include "engine/gemm.hpp"
 #include "engine/parallel.hpp"
 #include "engine/softmax_kernel.hpp"
@@ -87,50 +86,206 @@ bool broadcasts_to(const Shape& from, const Shape& to) {
     return true;
 }
 
-// O = MatMul(A, V), A = Softmax(S), S = Scale(S_raw) (optional), S_raw = MatMul(Q, KT),
-// KT = Transpose(K); Q (..., n, dk), K (..., m, dk), V (..., m, dv), the batch axes of K and V
-// broadcasting to Q's.
-// Each intermediate is read only by the next node; S_raw, S and A may be kept (the step
-// writes them, block by block), KT too (its Transpose then runs on its own).
+// A Reshape that regroups batch axes only: the same matrices, in the same order.
+bool keeps_matrices(const Matcher& m, int node) {
+    const Shape& x = m.shape(m.node(node).inputs[0]);
+    const Shape& y = m.shape(m.node(node).outputs[0]);
+    return x.size() >= 2 && y.size() >= 2 && x.end()[-1] == y.end()[-1] && x.end()[-2] == y.end()[-2];
+}
+
+// The value under any such Reshapes of value `id` (each read once), and the values on the
+// way: {the value, its Reshape, the Reshape of that, ...}, in graph order. Their nodes go to
+// `nodes`.
+std::vector<int> through_reshapes(const Matcher& m, int id, const std::vector<bool>& folded, std::vector<int>& nodes) {
+    std::vector<int> outer;
+    for (int r; (r = m.link<ops::Reshape>(id, folded)) >= 0 && keeps_matrices(m, r); id = m.node(r).inputs[0]) {
+        outer.push_back(id);
+        nodes.push_back(r);
+    }
+    std::vector<int> ids{id};
+    ids.insert(ids.end(), outer.rbegin(), outer.rend());
+    return ids;
+}
+
+// Whether value `id` (read once) comes from the score chain: a chain node or the S_raw MatMul,
+// under Reshapes.
+bool chain_value(const Matcher& m, int id, const std::vector<bool>& folded) {
+    std::vector<int> nodes;
+    id = through_reshapes(m, id, folded, nodes)[0];
+    return m.link<ops::Scale>(id, folded) >= 0 || m.link<ops::Tanh>(id, folded) >= 0 ||
+           m.link<ops::Alibi>(id, folded) >= 0 || m.link<ops::Mask>(id, folded) >= 0 ||
+           m.link<ops::Add>(id, folded) >= 0 || m.link<ops::MatMul>(id, folded) >= 0;
+}
+
+// The chain node producing value `id` as a stage; its input along the chain in `next` and
+// its other input (a tensor) in `operand`. False if the producer is not a chain node.
+bool chain_stage(const Matcher& m, int id, const std::vector<bool>& folded, ScoreStage& st, int& node, int& next,
+                 int& operand) {
+    operand = -1;
+    if ((node = m.link<ops::Scale>(id, folded)) >= 0) {
+        st.kind = ScoreStage::Kind::scale;
+        st.factor = m.scale_factor(node);
+    } else if ((node = m.link<ops::Tanh>(id, folded)) >= 0) {
+        st.kind = ScoreStage::Kind::tanh;
+    } else if ((node = m.link<ops::Alibi>(id, folded)) >= 0) {
+        st.kind = ScoreStage::Kind::alibi;
+        st.offset = m.node(node).attrs_if<ops::Alibi>()->offset;
+        operand = m.node(node).inputs[1];
+    } else if ((node = m.link<ops::Mask>(id, folded)) >= 0) {
+        const ops::MaskAttrs& a = *m.node(node).attrs_if<ops::Mask>();
+        st.kind = ScoreStage::Kind::mask;
+        const std::string p = a.pattern.value_or("");
+        st.pattern = p == "causal"    ? ScoreStage::Pattern::causal
+                     : p == "window"  ? ScoreStage::Pattern::window
+                     : p == "padding" ? ScoreStage::Pattern::padding
+                                      : ScoreStage::Pattern::none;
+        st.offset = a.offset.value_or(0);
+        st.offset_from_end = a.offset_from_end.value_or(false);
+        st.window = a.window.value_or(0);
+        st.window_causal = a.causal.value_or(false);
+        st.lengths = a.lengths.value_or(std::vector<int>{});
+        if (m.node(node).inputs.size() == 2) {
+            operand = m.node(node).inputs[1];
+            st.mask_tensor = a.mask_type.value_or("boolean") == "additive" ? ScoreStage::MaskTensor::additive
+                                                                           : ScoreStage::MaskTensor::boolean;
+        }
+    } else if ((node = m.link<ops::Add>(id, folded)) >= 0) {
+        st.kind = ScoreStage::Kind::add;
+        const Node& add = m.node(node);
+        // the chain is the operand of the output's shape that comes from the chain; the other
+        // one is a bias broadcast to it
+        const int along = m.shape(add.inputs[0]) == m.shape(id) && chain_value(m, add.inputs[0], folded)   ? 0
+                          : m.shape(add.inputs[1]) == m.shape(id) && chain_value(m, add.inputs[1], folded) ? 1
+                                                                                                           : -1;
+        if (along < 0) return false;
+        next = add.inputs[static_cast<std::size_t>(along)];
+        operand = add.inputs[static_cast<std::size_t>(1 - along)];
+        return true;
+    } else {
+        return false;
+    }
+    next = m.node(node).inputs[0];
+    return true;
+}
+
+// O = MatMul(A, V), A = Softmax(S) on the last axis, S = chain(S_raw), S_raw = MatMul(Q, KT),
+// KT = Transpose(K) swapping the last two axes; Q (..., n, dk), K (..., m, dk), V (..., m, dv),
+// the batch axes of K and V broadcasting to Q's, which are O's. The chain is Scale, Tanh,
+// Alibi, Mask and Add nodes (engine/fused_attention.hpp), and Reshapes that regroup batch
+// axes may sit anywhere between S_raw and O's MatMul and between KT and S_raw's MatMul (the
+// composite's GQA form: S_raw_groups (B, G, r, n, m) → S_raw (B, H, n, m), KT → KT_groups
+// (B, G, 1, dk, m)).
+// Every value from S_raw to A is read only by the next node and may be kept (the step writes
+// it, block by block); KT may be kept too (its Transpose then runs on its own).
 bool match_attention(const Matcher& m, int o_node, std::vector<bool>& folded, Step& step) {
     const Node& o = m.node(o_node);
     if (!o.is<ops::MatMul>()) return false;
-    const int a_node = m.link<ops::Softmax>(o.inputs[0], folded);
+    std::vector<int> nodes;  // folded into the step
+    const std::vector<int> a_ids = through_reshapes(m, o.inputs[0], folded, nodes);
+    const int a_node = m.link<ops::Softmax>(a_ids[0], folded);
     if (a_node < 0 || !m.softmax_on_last_axis(a_node)) return false;
-    int s_value = m.node(a_node).inputs[0];
-    const int scale_node = m.link<ops::Scale>(s_value, folded);
-    if (scale_node >= 0) s_value = m.node(scale_node).inputs[0];
-    const int sraw_node = m.link<ops::MatMul>(s_value, folded);
-    if (sraw_node < 0) return false;
-    const int kt = m.node(sraw_node).inputs[1];
+    nodes.push_back(a_node);
+
+    // the chain, from the softmax back to S_raw
+    struct Link {
+        ScoreStage stage;
+        std::vector<int> ids;
+        int operand;
+    };
+    std::vector<Link> chain;
+    std::vector<int> sraw_ids;
+    int sraw_node = -1;
+    for (int id = m.node(a_node).inputs[0];;) {
+        std::vector<int> ids = through_reshapes(m, id, folded, nodes);
+        if ((sraw_node = m.link<ops::MatMul>(ids[0], folded)) >= 0) {
+            sraw_ids = std::move(ids);
+            break;
+        }
+        Link l;
+        int node = -1, next = -1;
+        if (!chain_stage(m, ids[0], folded, l.stage, node, next, l.operand)) return false;
+        l.stage.shape = m.shape(ids[0]);
+        if (l.operand >= 0) l.stage.operand_shape = m.shape(l.operand);
+        l.ids = std::move(ids);
+        nodes.push_back(node);
+        chain.push_back(std::move(l));
+        id = next;
+    }
+    std::reverse(chain.begin(), chain.end());
+
+    // KT, perhaps regrouped (KT_groups), from K
+    const int kt_in = m.node(sraw_node).inputs[1];
+    int kt = kt_in;
+    const int kt_reshape = m.link<ops::Reshape>(kt_in, folded);
+    if (kt_reshape >= 0 && keeps_matrices(m, kt_reshape)) kt = m.node(kt_reshape).inputs[0];
     const int kt_node = m.link<ops::Transpose>(kt, folded);
     if (kt_node < 0 || !m.swaps_last_two(kt_node)) return false;
     const int q = m.node(sraw_node).inputs[0], k = m.node(kt_node).inputs[0], v = o.inputs[1];
-    const Shape &qs = m.shape(q), &ks = m.shape(k), &vs = m.shape(v);
-    if (qs.size() < 2 || ks.size() < 2 || vs.size() < 2) return false;
-    // K and V may be shared across query heads (MQA, GQA): their batch axes repeat to Q's
-    if (!broadcasts_to(batch_of(ks), batch_of(qs)) || !broadcasts_to(batch_of(vs), batch_of(qs))) return false;
-    if (ks.back() != qs.back() || vs.end()[-2] != ks.end()[-2]) return false;
 
+    const Shape &qs = m.shape(q), &ks = m.shape(k), &vs = m.shape(v), &kts = m.shape(kt_in), &os = m.shape(o.outputs[0]);
+    if (qs.size() < 2 || ks.size() < 2 || vs.size() < 2 || kts.size() < 2) return false;
+    const std::size_t n = qs.end()[-2], dk = qs.back(), keys = ks.end()[-2], dv = vs.back();
+    const Shape batch = batch_of(qs);
+    // K and V may be shared across query heads (MQA, GQA): their batch axes repeat to Q's
+    if (ks.back() != dk || kts.end()[-2] != dk || kts.back() != keys || element_count(kts) != element_count(ks))
+        return false;
+    if (vs.end()[-2] != keys || !broadcasts_to(batch_of(kts), batch) || !broadcasts_to(batch_of(vs), batch))
+        return false;
+    if (batch_of(os) != batch || os.end()[-2] != n || os.back() != dv) return false;
+    auto one_per_query_matrix = [&](const std::vector<int>& ids) {
+        return std::ranges::all_of(ids, [&](int id) {
+            const Shape& s = m.shape(id);
+            return s.size() >= 2 && s.end()[-2] == n && s.back() == keys &&
+                   element_count(batch_of(s)) == element_count(batch);
+        });
+    };
+    if (!one_per_query_matrix(sraw_ids) || !one_per_query_matrix(a_ids)) return false;
+    // a Mask pattern is a span of keys when every node after it keeps -inf at -inf
+    bool masked = false;
+    for (const Link& l : chain) {
+        if (!one_per_query_matrix(l.ids)) return false;
+        if (masked && (l.stage.kind == ScoreStage::Kind::tanh ||
+                       (l.stage.kind == ScoreStage::Kind::scale && !(l.stage.factor > 0))))
+            return false;
+        masked = masked || (l.stage.kind == ScoreStage::Kind::mask && l.stage.pattern != ScoreStage::Pattern::none);
+    }
+
+    auto spec = std::make_shared<AttentionSpec>();
+    spec->batch = batch;
+    spec->k_batch = batch_of(kts);
+    spec->v_batch = batch_of(vs);
+    spec->n = n, spec->m = keys, spec->dk = dk, spec->dv = dv;
     step.kind = StepKind::attention;
     step.inputs = {q, k, v};
     step.outputs = o.outputs;
-    if (!m.kept(kt)) step.folded.push_back(kt_node);
-    const int sraw = m.node(sraw_node).outputs[0], a = m.node(a_node).outputs[0];
-    step.folded.push_back(sraw_node);
-    if (m.kept(sraw)) step.outputs.push_back(sraw);
-    if (scale_node >= 0) {
-        step.folded.push_back(scale_node);
-        step.factor = m.scale_factor(scale_node);
-        step.scaled = true;
-        const int sv = m.node(scale_node).outputs[0];
-        if (m.kept(sv)) step.outputs.push_back(sv);
-        step.keep_s = m.kept(sv);
+    auto slots = [&](const std::vector<int>& ids) {
+        std::vector<int> s;
+        for (int id : ids)
+            if (m.kept(id)) {
+                s.push_back(static_cast<int>(step.outputs.size()));
+                step.outputs.push_back(id);
+            }
+        return s;
+    };
+    spec->s_raw_outputs = slots(sraw_ids);
+    for (Link& l : chain) {
+        if (l.operand >= 0) {
+            l.stage.operand = static_cast<int>(step.inputs.size());
+            step.inputs.push_back(l.operand);
+        }
+        l.stage.outputs = slots(l.ids);
+        spec->stages.push_back(std::move(l.stage));
     }
-    step.folded.push_back(a_node);
-    if (m.kept(a)) step.outputs.push_back(a);
-    step.keep_s_raw = m.kept(sraw);
-    step.keep_a = m.kept(a);
+    spec->a_outputs = slots(a_ids);
+    spec->finish();
+    step.attention = std::move(spec);
+
+    nodes.push_back(sraw_node);
+    const bool reshape_folds = kt_reshape >= 0 && kt != kt_in && !m.kept(kt_in);
+    if (reshape_folds) nodes.push_back(kt_reshape);
+    if (!m.kept(kt) && (kt == kt_in || reshape_folds)) nodes.push_back(kt_node);
+    std::sort(nodes.begin(), nodes.end());
+    step.folded = std::move(nodes);
     return true;
 }
 
@@ -255,27 +410,6 @@ std::string Plan::describe(const Graph& graph) const {
 
 namespace {
 
-// Matrix index, in an operand whose batch axes broadcast to `target`, of every batch index of
-// `target` (row-major).
-std::vector<std::size_t> batch_offsets(const Shape& target, const Shape& operand) {
-    std::vector<std::size_t> strides(target.size(), 0);
-    std::size_t stride = 1;
-    for (std::size_t i = operand.size(); i-- > 0;) {
-        strides[i + target.size() - operand.size()] = operand[i] == 1 ? 0 : stride;
-        stride *= operand[i];
-    }
-    std::vector<std::size_t> offsets(element_count(target));
-    for (std::size_t flat = 0; flat < offsets.size(); ++flat) {
-        std::size_t rem = flat, off = 0;
-        for (std::size_t i = target.size(); i-- > 0;) {
-            off += (rem % target[i]) * strides[i];
-            rem /= target[i];
-        }
-        offsets[flat] = off;
-    }
-    return offsets;
-}
-
 Shape shape_of(const auto& a) {
     return Shape(a.shape().begin(), a.shape().end());
 }
@@ -311,35 +445,6 @@ void matmul_tb_forward(const Array<T>& a, const Array<T>& b, Array<T>& c) {
         for (std::size_t i = b0; i < b1; ++i)
             gemm<T>(false, true, m, n, k, T(1), a.data() + offset(i, sa) * m * k, k, b.data() + offset(i, sb) * n * k,
                     k, T(0), c.data() + i * m * n, n);
-    });
-}
-
-// O = softmax(c · Q·Kᵀ)·V by blocks of gemm_row_block query rows, exactly the blocks the
-// plain GEMMs run: per block, attention_weights_block computes S_raw, S and A (rows x m),
-// then O_blk = A·V. A block of S_raw, S or A goes to its own array when kept, else to a
-// scratch block reused in place, so an untraced run never holds the n×m scores.
-template <class T>
-void attention_forward(const Step& step, In<T> in, Out<T> out) {
-    std::size_t slot = 1;
-    T* s_raw_out = step.keep_s_raw ? out[slot++]->data() : nullptr;
-    T* s_out = step.keep_s ? out[slot++]->data() : nullptr;
-    T* a_out = step.keep_a ? out[slot++]->data() : nullptr;
-    const AttentionOperands<T> op =
-        attention_operands<T>(*in[0], *in[1], *in[2], static_cast<T>(step.factor), step.scaled);
-    const std::size_t n = op.n, m = op.m, dv = op.dv;
-    const std::size_t blocks = (n + gemm_row_block - 1) / gemm_row_block;
-    const bool need_scratch = !s_raw_out || (step.scaled && !s_out) || !a_out;
-    parallel_chunks(op.batches * blocks, 1, [&](std::size_t c0, std::size_t c1) {
-        std::vector<T> scratch(need_scratch ? std::min(n, gemm_row_block) * m : 0);
-        for (std::size_t c = c0; c < c1; ++c) {
-            const std::size_t b = c / blocks, r0 = (c % blocks) * gemm_row_block;
-            const std::size_t rows = std::min(gemm_row_block, n - r0), at = (b * n + r0) * m;
-            T* sr = s_raw_out ? s_raw_out + at : scratch.data();
-            T* a = a_out ? a_out + at : scratch.data();
-            attention_weights_block<T>(op, b, r0, rows, sr, s_out ? s_out + at : nullptr, a);
-            gemm<T>(false, false, rows, dv, m, T(1), a, m, op.v + op.vb[b] * m * dv, dv, T(0),
-                    out[0]->data() + (b * n + r0) * dv, dv);
-        }
     });
 }
 
@@ -385,51 +490,6 @@ void scaled_softmax_forward(const Array<T>& x, Array<T>& y, T factor) {
 }  // namespace
 
 template <class T>
-AttentionOperands<T> attention_operands(const Array<T>& q, const Array<T>& k, const Array<T>& v, T factor,
-                                        bool scaled) {
-    const Shape qs = shape_of(q), ks = shape_of(k), vs = shape_of(v);
-    AttentionOperands<T> op;
-    op.q = q.data();
-    op.k = k.data();
-    op.v = v.data();
-    op.n = qs.end()[-2];
-    op.dk = qs.back();
-    op.m = ks.end()[-2];
-    op.dv = vs.back();
-    op.batches = element_count(batch_of(qs));
-    op.k_batches = element_count(batch_of(ks));
-    op.v_batches = element_count(batch_of(vs));
-    op.kb = batch_offsets(batch_of(qs), batch_of(ks));
-    op.vb = batch_offsets(batch_of(qs), batch_of(vs));
-    op.factor = factor;
-    op.scaled = scaled;
-    return op;
-}
-
-template <class T>
-void attention_weights_block(const AttentionOperands<T>& op, std::size_t b, std::size_t r0, std::size_t rows, T* s_raw,
-                             T* s, T* a) {
-    const std::size_t m = op.m, dk = op.dk;
-    gemm<T>(false, true, rows, m, dk, T(1), op.q + (b * op.n + r0) * dk, dk, op.k + op.kb[b] * m * dk, dk, T(0), s_raw,
-            m);
-    if (s) {  // S kept: the Scale op's arithmetic, then softmax of S
-        for (std::size_t i = 0; i < rows * m; ++i) s[i] = op.factor * s_raw[i];
-        softmax_rows<T>(s, a, rows, m, T(1), false);
-    } else {
-        softmax_rows<T>(s_raw, a, rows, m, op.factor, op.scaled);
-    }
-}
-
-template AttentionOperands<float> attention_operands<float>(const Array<float>&, const Array<float>&,
-                                                            const Array<float>&, float, bool);
-template AttentionOperands<double> attention_operands<double>(const Array<double>&, const Array<double>&,
-                                                              const Array<double>&, double, bool);
-template void attention_weights_block<float>(const AttentionOperands<float>&, std::size_t, std::size_t, std::size_t,
-                                             float*, float*, float*);
-template void attention_weights_block<double>(const AttentionOperands<double>&, std::size_t, std::size_t, std::size_t,
-                                              double*, double*, double*);
-
-template <class T>
 void run_step(const Graph& graph, const Step& step, In<T> in, Out<T> out) {
     const T factor = static_cast<T>(step.factor);
     switch (step.kind) {
@@ -445,7 +505,7 @@ void run_step(const Graph& graph, const Step& step, In<T> in, Out<T> out) {
             scaled_softmax_forward<T>(*in[0], *out[0], factor);
             return;
         case StepKind::attention:
-            attention_forward<T>(step, in, out);
+            fused_attention_forward<T>(*step.attention, in, out);
             return;
         case StepKind::linear_group:
             linear_group_forward<T>(in, out, step.member_inputs);
@@ -468,13 +528,24 @@ void fused_scaled_softmax(const Array<T>& x, Array<T>& y, T factor) {
 
 template <class T>
 void fused_attention(const Array<T>& q, const Array<T>& k, const Array<T>& v, Array<T>& o, T factor, bool scaled) {
-    Step step;
-    step.kind = StepKind::attention;
-    step.factor = static_cast<double>(factor);
-    step.scaled = scaled;
+    AttentionSpec spec;
+    const Shape qs = shape_of(q), ks = shape_of(k), vs = shape_of(v);
+    spec.batch = batch_of(qs);
+    spec.k_batch = batch_of(ks);
+    spec.v_batch = batch_of(vs);
+    spec.n = qs.end()[-2], spec.dk = qs.back(), spec.m = ks.end()[-2], spec.dv = vs.back();
+    if (scaled) {
+        ScoreStage st;
+        st.kind = ScoreStage::Kind::scale;
+        st.factor = static_cast<double>(factor);
+        st.shape = spec.batch;
+        st.shape.insert(st.shape.end(), {spec.n, spec.m});
+        spec.stages.push_back(st);
+    }
+    spec.finish();
     const Array<T>* in[] = {&q, &k, &v};
     Array<T>* out[] = {&o};
-    attention_forward<T>(step, In<T>(in, 3), Out<T>(out, 1));
+    fused_attention_forward<T>(spec, In<T>(in, 3), Out<T>(out, 1));
 }
 
 template void fused_matmul_tb<float>(const Array<float>&, const Array<float>&, Array<float>&);

@@ -3,12 +3,15 @@
 // (traced values and outputs). A node whose output nobody will see can be folded into the
 // node that reads it, so that the value is never materialised:
 //
-//   attention       O = softmax(c · Q·Kᵀ)·V: one kernel over blocks of gemm_row_block query
-//                   rows that computes S_raw, S, A and O for a block while it is in cache.
-//                   Unseen S_raw, S and A live in one scratch block (never the n×m matrix);
-//                   seen ones are written block by block; an unseen KT is never made (the
-//                   GEMM reads K transposed). The Scale is optional; K and V may be shared
-//                   across query heads (their batch axes broadcast to Q's: MQA, GQA).
+//   attention       O = softmax(chain(Q·Kᵀ))·V: one kernel over blocks of gemm_row_block query
+//                   rows that computes the scores, the chain between them and the softmax
+//                   (Scale, Tanh, Alibi, Mask, Add, Reshapes of the matrices' batch axes) and
+//                   O for a block while it is in cache, over only the keys the block's masks
+//                   leave it (engine/fused_attention.hpp). Unseen intermediates live in one
+//                   scratch block (never the n×m matrix); seen ones are written block by
+//                   block; an unseen KT is never made (the GEMM reads K transposed). K and V
+//                   may be shared across query heads (their batch axes broadcast to Q's: MQA,
+//                   GQA, also through the composite's (B, G, 1, m, d) Reshapes).
 //   matmul_tb       MatMul(a, Transpose(b)) with the transpose unseen: the GEMM reads b
 //                   transposed instead of a copy.
 //   scaled_softmax  Softmax(Scale(x)) along the last axis with the scaled values unseen: one
@@ -21,9 +24,11 @@
 // Every rewrite runs the same GEMM row blocks and the same softmax kernel as the nodes it
 // replaces, so an optimised run gives the plain run's numbers (a transposed GEMM operand may
 // change OpenBLAS's rounding in the last bit) and remains bit-identical for any thread count.
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "engine/fused_attention.hpp"
 #include "engine/graph.hpp"
 
 namespace attngraph {
@@ -40,7 +45,7 @@ struct Step {
     std::vector<int> nodes;    ///< linear_group: the nodes computed together (`node` is the first)
     double factor = 1.0;       ///< a Scale factor folded in
     bool scaled = false;       ///< whether `factor` applies
-    bool keep_s_raw = false, keep_s = false, keep_a = false;  ///< attention: kept intermediates (outputs 1, 2, ...)
+    std::shared_ptr<const AttentionSpec> attention;  ///< attention: the chain and the kept values (outputs 1, 2, ...)
     std::size_t member_inputs = 0;  ///< linear_group: inputs per node after the shared x (W, or W and b)
 };
 

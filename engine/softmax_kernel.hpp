@@ -12,12 +12,27 @@ namespace attngraph {
 template <class T>
 void softmax_rows(const T* x, T* y, std::size_t rows, std::size_t len, T scale, bool scaled);
 
+/// @brief softmax_rows on rows of `len` values that are -inf outside a span of columns
+/// [lo[r], hi[r]) per row r, computing that span only: row r's column c is x[r·ldx + c - col0]
+/// (col0 <= lo[r]), and y (same layout, ldy; may alias x) gets, on the span, the bits
+/// softmax_rows gives there (it gives 0 elsewhere; the caller writes those zeros where it
+/// needs them). With `scaled` the values are scale·x inside the span, -inf outside (a Mask
+/// applied after a Scale). An empty span, or one all -inf, is a fully masked row.
+template <class T>
+void softmax_spans(const T* x, std::size_t ldx, T* y, std::size_t ldy, std::size_t col0, std::size_t rows,
+                   const std::size_t* lo, const std::size_t* hi, std::size_t len, T scale, bool scaled);
+
 namespace softmax_detail {
 // softmax_rows for one xsimd architecture; defined in softmax_kernel_impl.hpp and
 // instantiated by softmax_kernel_<arch>.cpp, each compiled for its instruction set.
 struct Kernel {
     template <class Arch, class T>
     void operator()(Arch, const T* x, T* y, std::size_t rows, std::size_t len, T scale, bool scaled) const;
+};
+struct SpanKernel {
+    template <class Arch, class T>
+    void operator()(Arch, const T* x, std::size_t ldx, T* y, std::size_t ldy, std::size_t col0, std::size_t rows,
+                    const std::size_t* lo, const std::size_t* hi, std::size_t len, T scale, bool scaled) const;
 };
 }  // namespace softmax_detail
 

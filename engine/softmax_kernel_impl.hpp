@@ -77,6 +77,109 @@ void softmax_row(const T* x, T* y, std::size_t len, T scale, bool scaled) {
     for (std::size_t i = body; i < len; ++i) y[i] *= inv;
 }
 
+// softmax_row on a row of `len` values that are -inf outside the span [first, end) of
+// columns, given only that span: x and y point at column `first` and hold end - first values.
+// y gets what softmax_row gives on those columns, bit for bit (it gives 0 on the others):
+// every column sits in the lane it has in softmax_row (column c in lane c % lanes of the
+// batch at c - c % lanes, and columns from len - len % lanes on in the padded tail), a batch
+// the span only partly covers is padded with -inf as the masked columns are, and the batches
+// the span misses would only have added exp(-inf) = 0 to the sums. With `scaled`, the values
+// are scale·x inside the span and -inf outside (a Mask after a Scale), whatever the sign of
+// scale.
+template <class Arch, class T>
+void softmax_span_row(const T* x, T* y, std::size_t first, std::size_t end, std::size_t len, T scale, bool scaled) {
+    using B = xsimd::batch<T, Arch>;
+    constexpr std::size_t lanes = B::size;
+    const T neg_inf = -std::numeric_limits<T>::infinity();
+    const std::size_t body = len - len % lanes, count = end - first;
+    alignas(64) T part[lanes];
+    const B vscale = B::broadcast(scale);
+    const std::size_t a0 = first - first % lanes, body_end = end < body ? end : body;
+    auto whole = [&](std::size_t a) { return a >= first && a + lanes <= end; };
+    // a batch of the body the span covers only partly, through `part`
+    auto load_part = [&](const T* src, std::size_t a, bool scale_it) {
+        for (std::size_t k = 0; k < lanes; ++k) {
+            const std::size_t c = a + k;
+            part[k] = c >= first && c < end ? (scale_it ? scale * src[c - first] : src[c - first]) : neg_inf;
+        }
+        return B::load_aligned(part);
+    };
+    auto store_part = [&](const B& v, T* dst, std::size_t a) {
+        v.store_aligned(part);
+        for (std::size_t k = 0; k < lanes; ++k)
+            if (a + k >= first && a + k < end) dst[a + k - first] = part[k];
+    };
+
+    B vmax = B::broadcast(neg_inf);
+    for (std::size_t a = a0; a < body_end; a += lanes) {
+        B v;
+        if (whole(a)) {
+            v = B::load_unaligned(x + (a - first));
+            if (scaled) v = vscale * v;
+            v.store_unaligned(y + (a - first));
+        } else {
+            v = load_part(x, a, scaled);
+            store_part(v, y, a);
+        }
+        vmax = xsimd::max(vmax, v);
+    }
+    vmax.store_aligned(part);
+    T mx = neg_inf;
+    for (std::size_t i = 0; i < lanes; ++i) mx = mx < part[i] ? part[i] : mx;
+    for (std::size_t c = first > body ? first : body; c < end; ++c) {
+        const T v = scaled ? scale * x[c - first] : x[c - first];
+        y[c - first] = v;
+        mx = mx < v ? v : mx;
+    }
+    if (mx == neg_inf) {
+        for (std::size_t i = 0; i < count; ++i) y[i] = T(0);
+        return;
+    }
+
+    const B vmx = B::broadcast(mx);
+    B vsum = B::broadcast(T(0));
+    for (std::size_t a = a0; a < body_end; a += lanes) {
+        if (whole(a)) {
+            const B e = xsimd::exp(exp_arg(B::load_unaligned(y + (a - first)) - vmx));
+            e.store_unaligned(y + (a - first));
+            vsum += e;
+        } else {
+            const B e = xsimd::exp(exp_arg(load_part(y, a, false) - vmx));
+            store_part(e, y, a);
+            vsum += e;
+        }
+    }
+    T sum = xsimd::hadd(vsum);
+    if (end > body) {
+        for (std::size_t k = 0; k < lanes; ++k) {
+            const std::size_t c = body + k;
+            part[k] = c >= first && c < end ? y[c - first] : neg_inf;
+        }
+        const B e = xsimd::exp(exp_arg(B::load_aligned(part) - vmx));
+        e.store_aligned(part);
+        for (std::size_t c = first > body ? first : body; c < end; ++c) {
+            y[c - first] = part[c - body];
+            sum += y[c - first];
+        }
+    }
+
+    const T inv = T(1) / sum;
+    const B vinv = B::broadcast(inv);
+    std::size_t i = 0;
+    for (; i + lanes <= count; i += lanes) (B::load_unaligned(y + i) * vinv).store_unaligned(y + i);
+    for (; i < count; ++i) y[i] *= inv;
+}
+
+template <class Arch, class T>
+void SpanKernel::operator()(Arch, const T* x, std::size_t ldx, T* y, std::size_t ldy, std::size_t col0,
+                            std::size_t rows, const std::size_t* lo, const std::size_t* hi, std::size_t len, T scale,
+                            bool scaled) const {
+    for (std::size_t r = 0; r < rows; ++r)
+        if (lo[r] < hi[r])
+            softmax_span_row<Arch, T>(x + r * ldx + (lo[r] - col0), y + r * ldy + (lo[r] - col0), lo[r], hi[r], len,
+                                  scale, scaled);
+}
+
 template <class Arch, class T>
 void Kernel::operator()(Arch, const T* x, T* y, std::size_t rows, std::size_t len, T scale, bool scaled) const {
     for (std::size_t r = 0; r < rows; ++r) softmax_row<Arch, T>(x + r * len, y + r * len, len, scale, scaled);
@@ -86,6 +189,12 @@ void Kernel::operator()(Arch, const T* x, T* y, std::size_t rows, std::size_t le
     template void Kernel::operator()<ARCH, float>(ARCH, const float*, float*, std::size_t, std::size_t, float, bool) \
         const;                                                                                                       \
     template void Kernel::operator()<ARCH, double>(ARCH, const double*, double*, std::size_t, std::size_t, double,   \
-                                                   bool) const;
+                                                   bool) const;                                                      \
+    template void SpanKernel::operator()<ARCH, float>(ARCH, const float*, std::size_t, float*, std::size_t,          \
+                                                      std::size_t, std::size_t, const std::size_t*,                  \
+                                                      const std::size_t*, std::size_t, float, bool) const;           \
+    template void SpanKernel::operator()<ARCH, double>(ARCH, const double*, std::size_t, double*, std::size_t,       \
+                                                       std::size_t, std::size_t, const std::size_t*,                 \
+                                                       const std::size_t*, std::size_t, double, bool) const;
 
 }  // namespace attngraph::softmax_detail

@@ -25,7 +25,8 @@
 //  2. Include ops/foo.hpp below and add `Foo` to builtin_ops. Nothing else: name lookup, JSON
 //     attributes, shape inference, forward/backward dispatch, formulas all come from the list.
 //  3. Optional: a C++ builder function (declared below, defined in ops/functions.cpp) and the
-//     op's test, tests/test_op_foo.cpp.
+//     op's test, tests/test_op_foo.cpp (a Boost.Test suite test_op_foo: the op tests are one
+//     program, docs/testing.md).
 //
 // Optional members (engine/op.hpp fills in a default when an op leaves one out): formula
 // ("Foo(a, b)"), latex (explain's line), flops (bench's count, 0), backward (none).
@@ -58,10 +59,12 @@
 
 #include "ops/add.hpp"
 #include "ops/alibi.hpp"
+#include "ops/attention_op.hpp"
 #include "ops/concat.hpp"
 #include "ops/cos.hpp"
 #include "ops/div.hpp"
 #include "ops/equal.hpp"
+#include "ops/erf.hpp"
 #include "ops/exp.hpp"
 #include "ops/expand.hpp"
 #include "ops/gather.hpp"
@@ -99,9 +102,9 @@ namespace attngraph::ops {
 /// @brief Every built-in op, once. The order is the order `attngraph` lists ops in.
 inline constexpr auto builtin_ops =
     boost::hana::tuple_t<Linear, Transpose, MatMul, Scale, Softmax, Concat, Add, Mask, Slice, Split, Reshape, Permute,
-                         Alibi, Neg, Exp, Log, Tanh, Sqrt, Pow, Sin, Cos, Mul, Sub, Div, Where, Equal, Less, Greater,
+                         Alibi, Neg, Exp, Log, Tanh, Erf, Sqrt, Pow, Sin, Cos, Mul, Sub, Div, Where, Equal, Less, Greater,
                          ReduceSum, ReduceMean, ReduceMax, Expand, Gather, Range, RMSNormalization, LayerNormalization,
-                         RotaryEmbedding>;
+                         RotaryEmbedding, Attention>;
 
 }  // namespace attngraph::ops
 
@@ -153,12 +156,13 @@ Value permute(const Value& x, std::vector<int> perm);
 
 // ---- elementwise (numpy broadcasting for the binary ones) ---------------------------------
 // The C library's functions of the same names stay usable unqualified in this namespace:
-using std::cos, std::div, std::exp, std::log, std::pow, std::sin, std::sqrt, std::tanh;
-/// -x, e^x, ln x, tanh x, √x, x^exponent, sin x, cos x.
+using std::cos, std::div, std::erf, std::exp, std::log, std::pow, std::sin, std::sqrt, std::tanh;
+/// -x, e^x, ln x, tanh x, erf x, √x, x^exponent, sin x, cos x.
 Value neg(const Value& x);
 Value exp(const Value& x);
 Value log(const Value& x);
 Value tanh(const Value& x);
+Value erf(const Value& x);
 Value sqrt(const Value& x);
 Value pow(const Value& x, double exponent);
 Value sin(const Value& x);

@@ -7,6 +7,8 @@
 #include "ops/ops.hpp"
 #include "support/op_test.hpp"
 
+BOOST_AUTO_TEST_SUITE(test_op_add)  // one suite a file: the op tests share one program (tests/CMakeLists.txt)
+
 using namespace attngraph;
 using namespace attngraph::test;
 
@@ -67,3 +69,5 @@ BOOST_AUTO_TEST_CASE(backward_matches_finite_differences) {
     BOOST_TEST(gradcheck("Add", no_attrs(), {random_array({1, 4}, 5), random_array({3, 1}, 6)}) < 1e-8);
     BOOST_TEST(gradcheck("Add", no_attrs(), {random_array({2, 3}, 7), random_array({3}, 8)}, {false, true}) < 1e-8);
 }
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -5,6 +5,8 @@
 #include "engine/error.hpp"
 #include "support/op_test.hpp"
 
+BOOST_AUTO_TEST_SUITE(test_op_alibi)  // one suite a file: the op tests share one program (tests/CMakeLists.txt)
+
 using namespace attngraph;
 using namespace attngraph::test;
 
@@ -40,3 +42,5 @@ BOOST_AUTO_TEST_CASE(backward_matches_finite_differences) {
     BOOST_TEST(gradcheck("Alibi", attrs(0), {random_array({2, 3, 4, 5}, 1), random_array({3}, 2)}) < 1e-8);
     BOOST_TEST(gradcheck("Alibi", attrs(3), {random_array({2, 1, 4}, 3), random_array({2}, 4)}) < 1e-8);
 }
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -15,6 +15,8 @@
 #include "support/helpers.hpp"
 #include "support/op_test.hpp"
 
+BOOST_AUTO_TEST_SUITE(test_op_all)  // one suite a file: the op tests share one program (tests/CMakeLists.txt)
+
 using namespace attngraph;
 using namespace attngraph::test;
 namespace bdata = boost::unit_test::data;
@@ -170,5 +172,7 @@ BOOST_DATA_TEST_CASE(backward_definition_and_executor_agree_on_large_inputs, bda
     BOOST_TEST(largest > 1e-3);  // not vacuous
     BOOST_TEST(d32.size() == d64.size());
 }
+
+BOOST_AUTO_TEST_SUITE_END()
 
 BOOST_AUTO_TEST_SUITE_END()

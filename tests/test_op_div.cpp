@@ -6,6 +6,8 @@
 #include "ops/ops.hpp"
 #include "support/op_test.hpp"
 
+BOOST_AUTO_TEST_SUITE(test_op_div)  // one suite a file: the op tests share one program (tests/CMakeLists.txt)
+
 using namespace attngraph;
 using namespace attngraph::test;
 
@@ -52,3 +54,5 @@ BOOST_AUTO_TEST_CASE(backward_matches_finite_differences) {
     BOOST_TEST(gradcheck("Div", nullptr, {uniform_array({2, 3, 4}, 3), uniform_array({3, 1}, 4, 0.5, 2)}) < 1e-7);
     BOOST_TEST(gradcheck("Div", nullptr, {uniform_array({1, 4}, 5), uniform_array({3, 1}, 6, 0.5, 2)}) < 1e-7);
 }
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -7,6 +7,8 @@
 #include "ops/ops.hpp"
 #include "support/op_test.hpp"
 
+BOOST_AUTO_TEST_SUITE(test_op_expand)  // one suite a file: the op tests share one program (tests/CMakeLists.txt)
+
 using namespace attngraph;
 using namespace attngraph::test;
 
@@ -46,3 +48,5 @@ BOOST_AUTO_TEST_CASE(backward_matches_finite_differences) {
     BOOST_TEST(gradcheck("Expand", {{"shape", {2, 3, 4}}}, {uniform_array({3, 1}, 1)}) < 1e-8);
     BOOST_TEST(gradcheck("Expand", {{"shape", {2, 3}}}, {uniform_array({2, 3}, 2)}) < 1e-8);
 }
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -12,6 +12,8 @@
 #include "support/helpers.hpp"
 #include "support/op_test.hpp"
 
+BOOST_AUTO_TEST_SUITE(test_op_gather)  // one suite a file: the op tests share one program (tests/CMakeLists.txt)
+
 using namespace attngraph;
 using namespace attngraph::test;
 
@@ -102,3 +104,5 @@ BOOST_AUTO_TEST_CASE(index_out_of_range_names_node_and_index) {
     BOOST_TEST(r.err.find("index 7") != std::string::npos, r.err);
     BOOST_TEST(!std::filesystem::exists(dir.path / "t"));
 }
+
+BOOST_AUTO_TEST_SUITE_END()

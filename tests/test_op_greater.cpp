@@ -8,6 +8,8 @@
 #include "ops/ops.hpp"
 #include "support/op_test.hpp"
 
+BOOST_AUTO_TEST_SUITE(test_op_greater)  // one suite a file: the op tests share one program (tests/CMakeLists.txt)
+
 using namespace attngraph;
 using namespace attngraph::test;
 
@@ -54,3 +56,5 @@ BOOST_AUTO_TEST_CASE(inputs_have_no_gradient) {
     BOOST_TEST(rel_diff(grads.at("x").as<double>(), mask) == 0.0);
     BOOST_TEST(rel_diff(grads.at("t").as<double>(), array_of({3}, {0, 0, 0})) == 0.0);
 }
+
+BOOST_AUTO_TEST_SUITE_END()

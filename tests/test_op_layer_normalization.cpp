@@ -10,6 +10,8 @@
 #include "ops/ops.hpp"
 #include "support/op_test.hpp"
 
+BOOST_AUTO_TEST_SUITE(test_op_layer_normalization)  // one suite a file: the op tests share one program (tests/CMakeLists.txt)
+
 using namespace attngraph;
 using namespace attngraph::test;
 
@@ -81,3 +83,5 @@ BOOST_AUTO_TEST_CASE(backward_matches_finite_differences) {
     BOOST_TEST(gradcheck("LayerNormalization", {{"stats", 1}, {"epsilon", 0.01}},
                           {x, uniform_array({4}, 5), uniform_array({4}, 6)}) < 1e-7);
 }
+
+BOOST_AUTO_TEST_SUITE_END()

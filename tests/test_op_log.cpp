@@ -6,6 +6,8 @@
 #include "ops/ops.hpp"
 #include "support/op_test.hpp"
 
+BOOST_AUTO_TEST_SUITE(test_op_log)  // one suite a file: the op tests share one program (tests/CMakeLists.txt)
+
 using namespace attngraph;
 using namespace attngraph::test;
 
@@ -37,3 +39,5 @@ BOOST_AUTO_TEST_CASE(forward_matches_plain_loop) {
 BOOST_AUTO_TEST_CASE(backward_matches_finite_differences) {
     BOOST_TEST(gradcheck("Log", nullptr, {uniform_array({2, 3, 4}, 2, 0.35, 2)}) < 1e-7);
 }
+
+BOOST_AUTO_TEST_SUITE_END()

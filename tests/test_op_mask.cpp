@@ -10,6 +10,8 @@
 #include "ops/ops.hpp"
 #include "support/op_test.hpp"
 
+BOOST_AUTO_TEST_SUITE(test_op_mask)  // one suite a file: the op tests share one program (tests/CMakeLists.txt)
+
 using namespace attngraph;
 using namespace attngraph::test;
 
@@ -170,3 +172,5 @@ BOOST_AUTO_TEST_CASE(causal_offset_and_additive_mask) {
     BOOST_CHECK_THROW(infer("Mask", attrs({{"mask_type", "sum"}}), {{2, 2}, {2, 2}}), ShapeError);
     BOOST_CHECK_THROW(infer("Mask", attrs({{"pattern", "causal"}, {"mask_type", "additive"}}), {{2, 2}}), ShapeError);
 }
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -4,6 +4,8 @@
 #include "engine/error.hpp"
 #include "support/op_test.hpp"
 
+BOOST_AUTO_TEST_SUITE(test_op_permute)  // one suite a file: the op tests share one program (tests/CMakeLists.txt)
+
 using namespace attngraph;
 using namespace attngraph::test;
 
@@ -43,3 +45,5 @@ BOOST_AUTO_TEST_CASE(backward_matches_finite_differences) {
     BOOST_TEST(gradcheck("Permute", attrs({2, 0, 1}), {random_array({2, 3, 4}, 1)}) < 1e-8);
     BOOST_TEST(gradcheck("Permute", attrs({0, 2, 3, 1, 4}), {random_array({2, 3, 2, 1, 2}, 2)}) < 1e-8);
 }
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -12,6 +12,8 @@
 #include "support/helpers.hpp"
 #include "support/op_test.hpp"
 
+BOOST_AUTO_TEST_SUITE(test_op_pow)  // one suite a file: the op tests share one program (tests/CMakeLists.txt)
+
 using namespace attngraph;
 using namespace attngraph::test;
 
@@ -88,3 +90,5 @@ BOOST_AUTO_TEST_CASE(check_finite_names_the_nan_node) {
     BOOST_TEST(ok.code == 0, ok.err);
     BOOST_TEST(ok.out.find("nan") != std::string::npos, ok.out);
 }
+
+BOOST_AUTO_TEST_SUITE_END()

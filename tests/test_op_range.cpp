@@ -7,6 +7,8 @@
 #include "ops/ops.hpp"
 #include "support/op_test.hpp"
 
+BOOST_AUTO_TEST_SUITE(test_op_range)  // one suite a file: the op tests share one program (tests/CMakeLists.txt)
+
 using namespace attngraph;
 using namespace attngraph::test;
 
@@ -50,3 +52,5 @@ BOOST_AUTO_TEST_CASE(position_indices_make_a_causal_keep) {
     BOOST_TEST(rel_diff(r.at(graph, "keep").as<double>(), array_of({3, 4}, {1, 0, 0, 0, 1, 1, 0, 0, 1, 1, 1, 0})) ==
                0.0);
 }
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -9,6 +9,8 @@
 #include "ops/ops.hpp"
 #include "support/op_test.hpp"
 
+BOOST_AUTO_TEST_SUITE(test_op_reduce_max)  // one suite a file: the op tests share one program (tests/CMakeLists.txt)
+
 using namespace attngraph;
 using namespace attngraph::test;
 using nlohmann::json;
@@ -87,3 +89,5 @@ BOOST_AUTO_TEST_CASE(backward_routes_to_the_first_maximum) {
     def.backward_f64(a, In<double>(in), In<double>(out), In<double>(dout), Out<double>(din));
     BOOST_TEST(rel_diff(dx, array_of({2, 3}, {10, 0, 0, 0, 20, 0})) == 0.0);
 }
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -9,6 +9,8 @@
 #include "ops/ops.hpp"
 #include "support/op_test.hpp"
 
+BOOST_AUTO_TEST_SUITE(test_op_reduce_sum)  // one suite a file: the op tests share one program (tests/CMakeLists.txt)
+
 using namespace attngraph;
 using namespace attngraph::test;
 using nlohmann::json;
@@ -74,3 +76,5 @@ BOOST_AUTO_TEST_CASE(backward_matches_finite_differences) {
     BOOST_TEST(gradcheck("ReduceSum", {{"axes", {1}}, {"keepdims", 0}}, {x}) < 1e-7);
     BOOST_TEST(gradcheck("ReduceSum", {{"axes", {0, -1}}}, {x}) < 1e-7);
 }
+
+BOOST_AUTO_TEST_SUITE_END()

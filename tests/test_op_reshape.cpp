@@ -4,6 +4,8 @@
 #include "engine/error.hpp"
 #include "support/op_test.hpp"
 
+BOOST_AUTO_TEST_SUITE(test_op_reshape)  // one suite a file: the op tests share one program (tests/CMakeLists.txt)
+
 using namespace attngraph;
 using namespace attngraph::test;
 
@@ -71,3 +73,5 @@ BOOST_AUTO_TEST_CASE(forward_keeps_row_major_order) {
 BOOST_AUTO_TEST_CASE(backward_matches_finite_differences) {
     BOOST_TEST(gradcheck("Reshape", attrs({-1, 2}), {random_array({2, 3, 2}, 1)}) < 1e-8);
 }
+
+BOOST_AUTO_TEST_SUITE_END()

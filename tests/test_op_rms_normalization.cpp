@@ -9,6 +9,8 @@
 #include "ops/ops.hpp"
 #include "support/op_test.hpp"
 
+BOOST_AUTO_TEST_SUITE(test_op_rms_normalization)  // one suite a file: the op tests share one program (tests/CMakeLists.txt)
+
 using namespace attngraph;
 using namespace attngraph::test;
 
@@ -71,3 +73,5 @@ BOOST_AUTO_TEST_CASE(backward_matches_finite_differences) {
     BOOST_TEST(gradcheck("RMSNormalization", {{"axis", 1}, {"epsilon", 0.01}},
                           {uniform_array({2, 3, 4}, 3), uniform_array({1, 4}, 4)}) < 1e-7);
 }
+
+BOOST_AUTO_TEST_SUITE_END()

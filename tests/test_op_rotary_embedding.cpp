@@ -11,6 +11,8 @@
 #include "ops/ops.hpp"
 #include "support/op_test.hpp"
 
+BOOST_AUTO_TEST_SUITE(test_op_rotary_embedding)  // one suite a file: the op tests share one program (tests/CMakeLists.txt)
+
 using namespace attngraph;
 using namespace attngraph::test;
 using nlohmann::json;
@@ -169,3 +171,5 @@ BOOST_AUTO_TEST_CASE(position_past_the_cache_names_node_and_id) {
                               {uniform_array({1, 1, 1, 4}, 1), c, s, array_of({1, 1}, {-1})}, DType::f64),
                       ValueError);
 }
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -11,6 +11,8 @@
 #include "ops/ops.hpp"
 #include "support/op_test.hpp"
 
+BOOST_AUTO_TEST_SUITE(test_op_scale)  // one suite a file: the op tests share one program (tests/CMakeLists.txt)
+
 using namespace attngraph;
 using namespace attngraph::test;
 using Types = boost::mpl::list<float, double>;
@@ -77,5 +79,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(forward_random_against_loops, T, Types) {
             }
         }
 }
+
+BOOST_AUTO_TEST_SUITE_END()
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -4,6 +4,8 @@
 #include "engine/error.hpp"
 #include "support/op_test.hpp"
 
+BOOST_AUTO_TEST_SUITE(test_op_slice)  // one suite a file: the op tests share one program (tests/CMakeLists.txt)
+
 using namespace attngraph;
 using namespace attngraph::test;
 
@@ -41,3 +43,5 @@ BOOST_AUTO_TEST_CASE(backward_matches_finite_differences) {
     BOOST_TEST(gradcheck("Slice", attrs({{"start", 1}, {"end", 3}}), {random_array({3, 5}, 1)}) < 1e-8);
     BOOST_TEST(gradcheck("Slice", attrs({{"axis", 1}, {"start", 0}, {"end", 2}}), {random_array({2, 3, 4}, 2)}) < 1e-8);
 }
+
+BOOST_AUTO_TEST_SUITE_END()

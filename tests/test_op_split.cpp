@@ -7,6 +7,8 @@
 #include "engine/graph_file.hpp"
 #include "support/op_test.hpp"
 
+BOOST_AUTO_TEST_SUITE(test_op_split)  // one suite a file: the op tests share one program (tests/CMakeLists.txt)
+
 using namespace attngraph;
 using namespace attngraph::test;
 
@@ -80,3 +82,5 @@ BOOST_AUTO_TEST_CASE(outputs_are_addressed_by_index_in_a_graph_file) {
         BOOST_TEST(std::string(e.what()).find("parts:k") != std::string::npos);
     }
 }
+
+BOOST_AUTO_TEST_SUITE_END()

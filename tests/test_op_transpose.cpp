@@ -10,6 +10,8 @@
 #include "ops/ops.hpp"
 #include "support/op_test.hpp"
 
+BOOST_AUTO_TEST_SUITE(test_op_transpose)  // one suite a file: the op tests share one program (tests/CMakeLists.txt)
+
 using namespace attngraph;
 using namespace attngraph::test;
 using Types = boost::mpl::list<float, double>;
@@ -126,5 +128,7 @@ BOOST_AUTO_TEST_CASE(scalar_with_empty_perm) {
     BOOST_TEST(y.size() == 1u);
     BOOST_TEST(y.data()[0] == 2.5);
 }
+
+BOOST_AUTO_TEST_SUITE_END()
 
 BOOST_AUTO_TEST_SUITE_END()

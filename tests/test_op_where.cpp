@@ -7,6 +7,8 @@
 #include "ops/ops.hpp"
 #include "support/op_test.hpp"
 
+BOOST_AUTO_TEST_SUITE(test_op_where)  // one suite a file: the op tests share one program (tests/CMakeLists.txt)
+
 using namespace attngraph;
 using namespace attngraph::test;
 
@@ -53,3 +55,5 @@ BOOST_AUTO_TEST_CASE(backward_matches_finite_differences) {
     // through the harness too: the definition's backward against the executor's, bit for bit
     BOOST_TEST(gradcheck("Where", nullptr, {c, uniform_array({3, 1}, 2), uniform_array({2, 3, 4}, 3)}) < 1e-8);
 }
+
+BOOST_AUTO_TEST_SUITE_END()

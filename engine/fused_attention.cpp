@@ -1,0 +1,328 @@
+#include "engine/fused_attention.hpp"
+
+#include <algorithm>
+#include <limits>
+#include <mutex>
+
+#include "engine/parallel.hpp"
+#include "engine/softmax_kernel.hpp"
+#include "ops/common.hpp"
+#include "ops/tanh.hpp"
+
+namespace attngraph {
+
+void AttentionSpec::finish() {
+    const std::size_t count = stages.size();
+    auto kept = [&](std::size_t v) { return v == 0 ? !s_raw_outputs.empty() : !stages[v - 1].outputs.empty(); };
+    level.assign(count + 1, count);
+    for (std::size_t v = count; v-- > 0;) level[v] = kept(v) ? v : level[v + 1];
+    fold_scale = false;
+    for (std::size_t s = count; s-- > 0;) {
+        if (kept(s + 1)) break;
+        if (!stages[s].computes()) continue;
+        fold_scale = stages[s].kind == ScoreStage::Kind::scale;
+        break;
+    }
+}
+
+namespace {
+
+// The matrix index, in an operand whose batch axes broadcast to `target`, of every batch
+// index of `target` (row-major).
+std::vector<std::size_t> batch_offsets(const Shape& target, const Shape& operand) {
+    const std::vector<std::size_t> strides = ops::broadcast_strides(operand, target);
+    std::vector<std::size_t> offsets(element_count(target));
+    for (std::size_t flat = 0; flat < offsets.size(); ++flat) offsets[flat] = ops::broadcast_offset(flat, target, strides);
+    return offsets;
+}
+
+// The last stage that computes something: with fold_scale, the Scale the softmax applies.
+std::size_t last_computing(const AttentionSpec& spec) {
+    for (std::size_t s = spec.stages.size(); s-- > 0;)
+        if (spec.stages[s].computes()) return s;
+    return spec.stages.size();
+}
+
+}  // namespace
+
+namespace fused_attention_detail {
+
+// Scratch blocks for the blocks running at once. A thread waiting in a nested parallel loop
+// (the GEMM's) may start another block, so scratch belongs to a block, not to a thread.
+template <class T>
+class ScratchPool {
+public:
+    explicit ScratchPool(std::size_t size) : m_size(size) {}
+    std::unique_ptr<T[]> take() {
+        {
+            const std::lock_guard<std::mutex> lock(m_mutex);
+            if (!m_free.empty()) {
+                std::unique_ptr<T[]> p = std::move(m_free.back());
+                m_free.pop_back();
+                return p;
+            }
+        }
+        return std::unique_ptr<T[]>(new T[m_size ? m_size : 1]);
+    }
+    void give(std::unique_ptr<T[]> p) {
+        const std::lock_guard<std::mutex> lock(m_mutex);
+        m_free.push_back(std::move(p));
+    }
+
+private:
+    std::size_t m_size;
+    std::mutex m_mutex;
+    std::vector<std::unique_ptr<T[]>> m_free;
+};
+
+}  // namespace fused_attention_detail
+
+template <class T>
+AttentionKernel<T>::AttentionKernel(const AttentionSpec& spec, In<T> in)
+    : m_spec(spec), m_q(in[0]->data()), m_k(in[1]->data()), m_v(in[2]->data()) {
+    m_batches = element_count(spec.batch);
+    m_blocks = (spec.n + gemm_row_block - 1) / gemm_row_block;
+    m_k_offset = batch_offsets(spec.batch, spec.k_batch);
+    m_v_offset = batch_offsets(spec.batch, spec.v_batch);
+    for (const ScoreStage& st : spec.stages) {
+        m_operands.push_back(st.operand >= 0 ? in[static_cast<std::size_t>(st.operand)]->data() : nullptr);
+        m_operand_strides.push_back(st.operand >= 0 ? ops::broadcast_strides(st.operand_shape, st.shape)
+                                                    : std::vector<std::size_t>{});
+    }
+}
+
+template <class T>
+std::size_t AttentionKernel<T>::scratch_size() const {
+    return std::min(m_spec.n, gemm_row_block) * m_spec.m;
+}
+
+// The keys query `row` of matrix b keeps after the patterns of stages [0, level): an
+// intersection of intervals, one per pattern.
+template <class T>
+typename AttentionKernel<T>::Span AttentionKernel<T>::span(std::size_t level, std::size_t b, std::size_t row) const {
+    const long m = static_cast<long>(m_spec.m), n = static_cast<long>(m_spec.n);
+    long lo = 0, hi = m;
+    for (std::size_t s = 0; s < level; ++s) {
+        const ScoreStage& st = m_spec.stages[s];
+        if (st.kind != ScoreStage::Kind::mask || st.pattern == ScoreStage::Pattern::none) continue;
+        const long p = static_cast<long>(row) + (st.offset_from_end ? m - n : st.offset);
+        switch (st.pattern) {
+            case ScoreStage::Pattern::causal:  // j <= p
+                hi = std::min(hi, p + 1);
+                break;
+            case ScoreStage::Pattern::window:  // |p - j| < w, or 0 <= p - j < w
+                lo = std::max(lo, p - st.window + 1);
+                hi = std::min(hi, st.window_causal ? p + 1 : p + st.window);
+                break;
+            case ScoreStage::Pattern::padding: {  // j < lengths[sequence]
+                const std::size_t per_sequence = m_batches / st.shape[0];
+                hi = std::min(hi, static_cast<long>(st.lengths[b / per_sequence]));
+                break;
+            }
+            case ScoreStage::Pattern::none:
+                break;
+        }
+    }
+    if (lo >= hi) return {0, 0};
+    return {static_cast<std::size_t>(lo), static_cast<std::size_t>(hi)};
+}
+
+template <class T>
+typename AttentionKernel<T>::Block AttentionKernel<T>::block(std::size_t b, std::size_t i) const {
+    Block blk;
+    blk.b = b;
+    blk.r0 = i * gemm_row_block;
+    blk.rows = std::min(gemm_row_block, m_spec.n - blk.r0);
+    blk.row_lo.resize(blk.rows);
+    blk.row_hi.resize(blk.rows);
+    bool any = false;
+    for (std::size_t r = 0; r < blk.rows; ++r) {
+        const Span s = span(m_spec.stages.size(), b, blk.r0 + r);
+        blk.row_lo[r] = s.lo, blk.row_hi[r] = s.hi;
+        if (s.lo == s.hi) continue;
+        blk.lo = any ? std::min(blk.lo, s.lo) : s.lo;
+        blk.hi = any ? std::max(blk.hi, s.hi) : s.hi;
+        any = true;
+    }
+    return blk;
+}
+
+// Writes the block's rows of a kept value into each of `slots`: the computed columns (the
+// span of `level`) from s, `fill` elsewhere (-inf where a Mask removed the key, 0 for A).
+template <class T>
+void AttentionKernel<T>::write(const std::vector<int>& slots, Out<T> kept, const Block& blk, const T* s,
+                               std::size_t ld, std::size_t c0, std::size_t level, T fill) const {
+    const std::size_t m = m_spec.m;
+    for (int slot : slots) {
+        T* out = kept[static_cast<std::size_t>(slot)]->data() + (blk.b * m_spec.n + blk.r0) * m;
+        for (std::size_t r = 0; r < blk.rows; ++r) {
+            const Span sp = span(level, blk.b, blk.r0 + r);
+            T* row = out + r * m;
+            if (sp.lo == sp.hi) {
+                std::fill(row, row + m, fill);
+                continue;
+            }
+            std::fill(row, row + sp.lo, fill);
+            std::copy(s + r * ld + (sp.lo - c0), s + r * ld + (sp.hi - c0), row + sp.lo);
+            std::fill(row + sp.hi, row + m, fill);
+        }
+    }
+}
+
+// One stage of the chain in place on the block's scores, on each row's span of `level`:
+// the op's own arithmetic.
+template <class T>
+void AttentionKernel<T>::stage(const ScoreStage& st, const Block& blk, T* s, std::size_t ld, std::size_t c0,
+                               std::size_t level) const {
+    const std::size_t si = static_cast<std::size_t>(&st - m_spec.stages.data());
+    const T* operand = m_operands[si];
+    const std::vector<std::size_t>& strides = m_operand_strides[si];
+    const T neg_inf = -std::numeric_limits<T>::infinity();
+    const std::size_t m = m_spec.m, n = m_spec.n;
+    for (std::size_t r = 0; r < blk.rows; ++r) {
+        const std::size_t i = blk.r0 + r;
+        const Span sp = span(level, blk.b, i);
+        if (sp.lo == sp.hi) continue;
+        T* x = s + r * ld + (sp.lo - c0);
+        const std::size_t count = sp.hi - sp.lo;
+        // the operand's element for key sp.lo + k: base + k·step
+        std::size_t base = 0, step = 0;
+        if (operand) {
+            base = ops::broadcast_offset((blk.b * n + i) * m + sp.lo, st.shape, strides);
+            step = strides.back();
+        }
+        switch (st.kind) {
+            case ScoreStage::Kind::scale: {  // ops/scale.hpp
+                const T f = static_cast<T>(st.factor);
+                for (std::size_t k = 0; k < count; ++k) x[k] = f * x[k];
+                break;
+            }
+            case ScoreStage::Kind::tanh: {  // ops/tanh.hpp, through the op's xsimd batch as ops::simd_map
+                using B = xsimd::batch<T>;
+                constexpr std::size_t W = B::size;
+                const ops::TanhAttrs attrs{};
+                std::size_t k = 0;
+                for (; k + W <= count; k += W) ops::Tanh::apply(attrs, B::load_unaligned(x + k)).store_unaligned(x + k);
+                if (k < count) {
+                    alignas(64) T buf[W];
+                    for (std::size_t e = 0; e < W; ++e) buf[e] = k + e < count ? x[k + e] : x[k];
+                    ops::Tanh::apply(attrs, B::load_unaligned(buf)).store_unaligned(buf);
+                    for (std::size_t e = 0; k + e < count; ++e) x[k + e] = buf[e];
+                }
+                break;
+            }
+            case ScoreStage::Kind::alibi: {  // ops/alibi.hpp: x - slope[h]·|i + offset - j|
+                const std::size_t heads = st.shape[st.shape.size() - 3];
+                const T slope = operand[blk.b % heads];
+                const long p = static_cast<long>(i) + st.offset;
+                for (std::size_t k = 0; k < count; ++k) {
+                    const long j = static_cast<long>(sp.lo + k);
+                    x[k] = x[k] - slope * static_cast<T>(static_cast<double>(p > j ? p - j : j - p));
+                }
+                break;
+            }
+            case ScoreStage::Kind::mask:  // ops/mask.hpp: the tensor's part (the pattern made the span)
+                if (st.mask_tensor == ScoreStage::MaskTensor::additive) {
+                    for (std::size_t k = 0; k < count; ++k) x[k] = x[k] + operand[base + k * step];
+                } else if (st.mask_tensor == ScoreStage::MaskTensor::boolean) {
+                    for (std::size_t k = 0; k < count; ++k) x[k] = operand[base + k * step] == T(0) ? neg_inf : x[k];
+                }
+                break;
+            case ScoreStage::Kind::add:  // ops/add.hpp
+                for (std::size_t k = 0; k < count; ++k) x[k] = x[k] + operand[base + k * step];
+                break;
+        }
+    }
+}
+
+template <class T>
+typename AttentionKernel<T>::Weights AttentionKernel<T>::weights(const Block& blk, T* scratch, Out<T> kept) const {
+    const AttentionSpec& spec = m_spec;
+    const std::size_t count = spec.stages.size(), m = spec.m, dk = spec.dk;
+    // the keys the block computes: those the softmax sees, and those a kept value shows
+    std::size_t c0 = blk.lo, c1 = blk.hi;
+    if (spec.level[0] < count) {
+        bool any = blk.lo < blk.hi;
+        for (std::size_t r = 0; r < blk.rows; ++r) {
+            const Span sp = span(spec.level[0], blk.b, blk.r0 + r);
+            if (sp.lo == sp.hi) continue;
+            c0 = any ? std::min(c0, sp.lo) : sp.lo;
+            c1 = any ? std::max(c1, sp.hi) : sp.hi;
+            any = true;
+        }
+    }
+    const std::size_t ld = c1 - c0;
+    T* s = scratch;
+    // S_raw = Q·Kᵀ on those keys; the softmax's keys [lo, hi) by one GEMM call whatever is
+    // kept, so that tracing changes none of their bits
+    const T* q = m_q + (blk.b * spec.n + blk.r0) * dk;
+    const T* k = m_k + m_k_offset[blk.b] * m * dk;
+    auto scores = [&](std::size_t from, std::size_t to) {
+        if (from < to)
+            gemm<T>(false, true, blk.rows, to - from, dk, T(1), q, dk, k + from * dk, dk, T(0), s + (from - c0), ld);
+    };
+    if (blk.lo < blk.hi) {
+        scores(c0, blk.lo);
+        scores(blk.lo, blk.hi);
+        scores(blk.hi, c1);
+    } else {
+        scores(c0, c1);
+    }
+    const T neg_inf = -std::numeric_limits<T>::infinity();
+    if (!spec.s_raw_outputs.empty()) write(spec.s_raw_outputs, kept, blk, s, ld, c0, spec.level[0], neg_inf);
+    const std::size_t folded = spec.fold_scale ? last_computing(spec) : count;
+    for (std::size_t st = 0; st < count; ++st) {
+        const ScoreStage& stage_ = spec.stages[st];
+        if (st != folded && stage_.computes()) stage(stage_, blk, s, ld, c0, spec.level[st + 1]);
+        if (!stage_.outputs.empty()) write(stage_.outputs, kept, blk, s, ld, c0, spec.level[st + 1], neg_inf);
+    }
+    const T factor = spec.fold_scale ? static_cast<T>(spec.stages[folded].factor) : T(1);
+    softmax_spans<T>(s, ld, s, ld, c0, blk.rows, blk.row_lo.data(), blk.row_hi.data(), m, factor, spec.fold_scale);
+    // zero weight for the keys of [lo, hi) outside a row's span (the A·V product reads them)
+    for (std::size_t r = 0; r < blk.rows && blk.lo < blk.hi; ++r) {
+        T* row = s + r * ld;
+        if (blk.row_lo[r] == blk.row_hi[r]) {
+            std::fill(row + (blk.lo - c0), row + (blk.hi - c0), T(0));
+            continue;
+        }
+        std::fill(row + (blk.lo - c0), row + (blk.row_lo[r] - c0), T(0));
+        std::fill(row + (blk.row_hi[r] - c0), row + (blk.hi - c0), T(0));
+    }
+    if (!spec.a_outputs.empty()) write(spec.a_outputs, kept, blk, s, ld, c0, count, T(0));
+    return {s + (blk.lo - c0), ld};
+}
+
+template <class T>
+void AttentionKernel<T>::forward(const Block& blk, T* scratch, Out<T> kept, T* o) const {
+    const Weights w = weights(blk, scratch, kept);
+    const std::size_t dv = m_spec.dv;
+    if (blk.lo == blk.hi) {  // every row fully masked: A = 0, so O = 0
+        std::fill(o, o + blk.rows * dv, T(0));
+        return;
+    }
+    gemm<T>(false, false, blk.rows, dv, blk.hi - blk.lo, T(1), w.a, w.lda,
+            m_v + (m_v_offset[blk.b] * m_spec.m + blk.lo) * dv, dv, T(0), o, dv);
+}
+
+template <class T>
+void fused_attention_forward(const AttentionSpec& spec, In<T> in, Out<T> out) {
+    const AttentionKernel<T> kernel(spec, in);
+    fused_attention_detail::ScratchPool<T> pool(kernel.scratch_size());
+    const std::size_t blocks = kernel.blocks();
+    T* o = out[0]->data();
+    parallel_chunks(kernel.batches() * blocks, 1, [&](std::size_t c0, std::size_t c1) {
+        for (std::size_t c = c0; c < c1; ++c) {
+            const auto blk = kernel.block(c / blocks, c % blocks);
+            std::unique_ptr<T[]> scratch = pool.take();
+            kernel.forward(blk, scratch.get(), out, o + (blk.b * spec.n + blk.r0) * spec.dv);
+            pool.give(std::move(scratch));
+        }
+    });
+}
+
+template class AttentionKernel<float>;
+template class AttentionKernel<double>;
+template void fused_attention_forward<float>(const AttentionSpec&, In<float>, Out<float>);
+template void fused_attention_forward<double>(const AttentionSpec&, In<double>, Out<double>);
+
+}  // namespace attngraph

@@ -1,0 +1,149 @@
+#pragma once
+// The fused attention step of a run plan (engine/optimize.hpp):
+//
+//   O = softmax(chain(Q·Kᵀ))·V
+//
+// by blocks of gemm_row_block query rows, where `chain` is what a graph puts between the
+// scores and the softmax, node by node (the score chain): Scale, Tanh (softcapping:
+// S_div → S_tanh → S_capped), Alibi, Mask (a pattern and/or a mask tensor) and Add (a bias
+// tensor), with Reshapes that keep the last two axes anywhere between (GQA's (B, G, r, n, m)
+// scores viewed as (B, H, n, m)). A block computes its scores, runs them through the chain,
+// the softmax and the product with V while they are in cache; the n×m matrices are never
+// held unless traced.
+//
+// Masked key blocks are skipped. A Mask pattern (causal with an offset, window, padding)
+// keeps a contiguous span of keys [lo, hi) for every query row. The block computes Q·Kᵀ,
+// the chain and A·V only over the union of its rows' spans (and each row's softmax only over
+// its own span): for causal attention the block of rows r0 .. r0 + 127 computes keys
+// 0 .. r0 + 127 only, for a window of w keys about w + 127, for padded keys nothing past the
+// sequence's length. What is skipped is what the plain nodes give there: A = 0 (a fully
+// masked row gives zeros, as the Softmax op does), and softmax_spans gives the bits
+// softmax_rows gives on the whole row (engine/softmax_kernel.hpp). A pattern Mask is only
+// taken as a span when every node after it maps -inf to -inf (not Tanh, not a Scale by a
+// factor <= 0); else the chain does not fuse.
+//
+// Every node of the chain does its op's arithmetic in its op's order (Scale f·x, Alibi
+// x - slope·|i + offset - j|, Mask x (+ mask) or -inf, Add x + b, Tanh through the op's xsimd
+// batch), so a fused run gives the plain run's scores and weights; the GEMMs are the engine's
+// (a transposed operand may round differently in OpenBLAS in the last bit). A traced value of
+// the chain is written block by block under its own name, full rows: -inf where an earlier
+// Mask removed a key, the computed values elsewhere. Tracing changes no bit of the untraced
+// values: the keys a block needs are computed by the same GEMM calls either way, and
+// traced-only columns by separate calls.
+#include <cstddef>
+#include <memory>
+#include <vector>
+
+#include "engine/gemm.hpp"
+#include "engine/kernel.hpp"
+#include "engine/tensor.hpp"
+
+namespace attngraph {
+
+/// @brief One node of the score chain, folded into the attention step.
+struct ScoreStage {
+    enum class Kind { scale, tanh, alibi, mask, add };
+    enum class Pattern { none, causal, window, padding };
+    enum class MaskTensor { none, boolean, additive };
+
+    Kind kind = Kind::scale;
+    double factor = 1.0;                          ///< scale: y = factor · x
+    long offset = 0;                              ///< alibi; mask causal/window: keys before query 0
+    bool offset_from_end = false;                 ///< mask causal/window: offset = m - n
+    Pattern pattern = Pattern::none;              ///< mask: the built-in pattern (a key span per row)
+    long window = 0;                              ///< mask window: the width w
+    bool window_causal = false;                   ///< mask window: 0 <= p - j < w instead of |p - j| < w
+    std::vector<int> lengths;                     ///< mask padding: keys per sequence (axis 0)
+    MaskTensor mask_tensor = MaskTensor::none;    ///< mask: what its tensor (operand) means
+    int operand = -1;                             ///< step input: alibi slopes, mask tensor, add bias; -1 none
+    Shape operand_shape;                          ///< its shape (broadcast to `shape`)
+    Shape shape;                                  ///< this node's output: (..., n, m)
+    std::vector<int> outputs;                     ///< step outputs holding this value (it, and Reshapes of it)
+
+    /// Whether the stage computes anything per element (a Mask without a tensor does not: it
+    /// only narrows the span).
+    bool computes() const { return kind != Kind::mask || mask_tensor != MaskTensor::none; }
+};
+
+/// @brief Everything the fused attention kernel needs of the graph. Step inputs: Q, K, V,
+/// then the stages' operands; step outputs: O, then the kept values.
+struct AttentionSpec {
+    Shape batch;             ///< the batch axes of Q, S and O
+    Shape k_batch, v_batch;  ///< K's and V's, broadcasting to `batch` (shared across heads: MQA, GQA)
+    std::size_t n = 0, m = 0, dk = 0, dv = 0;
+    std::vector<int> s_raw_outputs;  ///< step outputs holding S_raw = Q·Kᵀ
+    std::vector<ScoreStage> stages;  ///< the chain, in graph order
+    std::vector<int> a_outputs;      ///< step outputs holding A
+
+    /// The last stage is a Scale whose value (and nothing after it) is kept: the softmax
+    /// applies the factor (one pass fewer, the same bits). Set by finish().
+    bool fold_scale = false;
+    /// level[v]: which stages' spans bound the columns value v needs (v = 0 S_raw, v = s + 1
+    /// stage s's output): the spans of stages [0, level[v]). Set by finish().
+    std::vector<std::size_t> level;
+
+    /// Derives fold_scale and level from the rest.
+    void finish();
+};
+
+/// @brief The per-block computation of fused attention, for the forward step and for a
+/// backward that recomputes A block by block with the forward's bits.
+///
+/// Block (b, i): rows i·gemm_row_block .. of query matrix b (b a flat index into `batch`).
+/// weights() gives its attention weights over the keys [lo, hi) the block can see;
+/// forward() adds A·V. Thread-safe (const); each call needs its own scratch.
+template <class T>
+class AttentionKernel {
+public:
+    /// `in`: Q, K, V and the stages' operands, as the step's inputs.
+    AttentionKernel(const AttentionSpec& spec, In<T> in);
+
+    std::size_t batches() const { return m_batches; }
+    std::size_t blocks() const { return m_blocks; }
+    /// Scratch elements one call to weights() or forward() needs (rows × m at most).
+    std::size_t scratch_size() const;
+
+    /// A block's rows and the keys each can see.
+    struct Block {
+        std::size_t b = 0, r0 = 0, rows = 0;
+        std::size_t lo = 0, hi = 0;          ///< the union of the rows' spans (lo == hi: none)
+        std::vector<std::size_t> row_lo, row_hi;  ///< each row's span, row r: [row_lo[r], row_hi[r])
+    };
+    Block block(std::size_t b, std::size_t i) const;
+
+    /// Where weights() left A: A[r][j] = a[r·lda + j - lo] for j in [lo, hi), zero outside the
+    /// row's span; every other key has weight 0.
+    struct Weights {
+        const T* a;
+        std::size_t lda;
+    };
+    /// @brief A of `blk` in `scratch` (scratch_size() elements). `kept`: the step's outputs (or
+    /// empty), the kept values of the chain written for the block's rows.
+    Weights weights(const Block& blk, T* scratch, Out<T> kept) const;
+    /// @brief weights(), then O's rows of the block: o = A·V (o points at row r0 of matrix b).
+    void forward(const Block& blk, T* scratch, Out<T> kept, T* o) const;
+
+private:
+    struct Span {
+        std::size_t lo, hi;
+    };
+    Span span(std::size_t level, std::size_t b, std::size_t row) const;
+    void write(const std::vector<int>& slots, Out<T> kept, const Block& blk, const T* s, std::size_t ld,
+               std::size_t c0, std::size_t level, T fill) const;
+    void stage(const ScoreStage& st, const Block& blk, T* s, std::size_t ld, std::size_t c0, std::size_t level) const;
+
+    const AttentionSpec& m_spec;
+    const T* m_q;
+    const T* m_k;
+    const T* m_v;
+    std::vector<const T*> m_operands;  // per stage: its operand's data (or null)
+    std::vector<std::vector<std::size_t>> m_operand_strides;  // per stage: broadcast strides into `shape`
+    std::vector<std::size_t> m_k_offset, m_v_offset;  // per batch: the matrix index of K, V
+    std::size_t m_batches = 0, m_blocks = 0;
+};
+
+/// @brief Runs the fused attention step: in = Q, K, V, operands; out = O, kept values.
+template <class T>
+void fused_attention_forward(const AttentionSpec& spec, In<T> in, Out<T> out);
+
+}  // namespace attngraph

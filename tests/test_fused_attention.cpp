@@ -1,0 +1,564 @@
+// The fused attention step with a score chain (engine/fused_attention.hpp): masks (causal with
+// offsets, window, padding, mask tensors), ALiBi, additive biases, softcapping, GQA layouts and
+// cross-attention, with masked key blocks skipped. Each graph is checked against a plain-loop
+// attention in double written here and against the plain run (one step per node); the fused
+// run against itself traced (bitwise), at 1, 2, 4 and 8 threads (bytewise), and its weights
+// where the masks remove keys (exactly 0). Also the span softmax kernel against the whole-row
+// kernel, bit for bit.
+#include <boost/test/unit_test.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <limits>
+
+#include "engine/builder.hpp"
+#include "engine/executor.hpp"
+#include "engine/optimize.hpp"
+#include "engine/softmax_kernel.hpp"
+#include "graphs/mha.hpp"
+#include "graphs/variants.hpp"
+#include "ops/attention.hpp"
+#include "ops/ops.hpp"
+#include "support/helpers.hpp"
+
+using namespace attngraph;
+
+namespace {
+
+constexpr double inf = std::numeric_limits<double>::infinity();
+
+std::size_t count_steps(const Plan& p, StepKind kind) {
+    std::size_t n = 0;
+    for (const Step& s : p.steps) n += s.kind == kind;
+    return n;
+}
+
+std::vector<bool> kept(const Graph& g, const std::vector<std::string>& names = {}) {
+    std::vector<bool> keep(g.values().size(), false);
+    for (int id : g.outputs()) keep[static_cast<std::size_t>(id)] = true;
+    for (const auto& name : names) keep[static_cast<std::size_t>(g.at(name))] = true;
+    return keep;
+}
+
+// ---- a plain-loop attention in double ---------------------------------------------------
+
+// Q (B, H, n, d), K and V (B, G, m, d) with query head h reading K/V head h / (H / G). The
+// score of (b, h, i, j) from raw = q·k is score(b, h, i, j, raw) (-inf: masked).
+struct Reference {
+    std::size_t B, H, G, n, m, d;
+    std::function<double(std::size_t, std::size_t, std::size_t, std::size_t, double)> score;
+};
+
+struct ReferenceResult {
+    std::vector<double> a, o;  // (B, H, n, m), (B, H, n, d)
+};
+
+ReferenceResult reference(const Reference& r, const Tensor& q, const Tensor& k, const Tensor& v) {
+    ReferenceResult out;
+    out.a.assign(r.B * r.H * r.n * r.m, 0.0);
+    out.o.assign(r.B * r.H * r.n * r.d, 0.0);
+    const std::size_t per_group = r.H / r.G;
+    for (std::size_t b = 0; b < r.B; ++b)
+        for (std::size_t h = 0; h < r.H; ++h) {
+            const std::size_t g = h / per_group;
+            for (std::size_t i = 0; i < r.n; ++i) {
+                std::vector<double> s(r.m);
+                double mx = -inf;
+                for (std::size_t j = 0; j < r.m; ++j) {
+                    double raw = 0;
+                    for (std::size_t e = 0; e < r.d; ++e)
+                        raw += q.at_flat(((b * r.H + h) * r.n + i) * r.d + e) *
+                               k.at_flat(((b * r.G + g) * r.m + j) * r.d + e);
+                    s[j] = r.score(b, h, i, j, raw);
+                    mx = std::max(mx, s[j]);
+                }
+                double* a = &out.a[((b * r.H + h) * r.n + i) * r.m];
+                if (mx == -inf) continue;  // a fully masked row: zeros
+                double sum = 0;
+                for (std::size_t j = 0; j < r.m; ++j) sum += s[j] == -inf ? 0 : std::exp(s[j] - mx);
+                for (std::size_t j = 0; j < r.m; ++j) a[j] = s[j] == -inf ? 0 : std::exp(s[j] - mx) / sum;
+                for (std::size_t e = 0; e < r.d; ++e) {
+                    double acc = 0;
+                    for (std::size_t j = 0; j < r.m; ++j) acc += a[j] * v.at_flat(((b * r.G + g) * r.m + j) * r.d + e);
+                    out.o[((b * r.H + h) * r.n + i) * r.d + e] = acc;
+                }
+            }
+        }
+    return out;
+}
+
+double max_diff(const Tensor& t, const std::vector<double>& ref) {
+    if (t.size() != ref.size()) return inf;
+    double m = 0;
+    for (std::size_t i = 0; i < ref.size(); ++i) m = std::max(m, std::abs(t.at_flat(i) - ref[i]));
+    return m;
+}
+
+// ---- one case: a graph Q, K, V -> O through a chain ---------------------------------------
+
+struct Case {
+    explicit Case(std::string case_name) : name(std::move(case_name)) {}
+    std::string name;
+    std::size_t B = 2, H = 2, G = 2, n = 300, m = 300, d = 16;
+    std::function<Value(Value s_raw, GraphBuilder& b)> chain;  // S_raw -> the softmax's input
+    std::function<double(std::size_t, std::size_t, std::size_t, std::size_t, double)> score;
+    bool grouped_5d = false;  // Q (B, G, r, n, d), K (B, G, 1, m, d) as the batched gqa variant
+};
+
+struct Built {
+    Graph graph;
+    Tensor q, k, v;  // as (B, H, n, d) and (B, G, m, d)
+};
+
+Built build(const Case& c) {
+    GraphBuilder b(c.name);
+    const Tensor q = graphs::random_tensor({c.B, c.H, c.n, c.d}, DType::f32, 11);
+    const Tensor k = graphs::random_tensor({c.B, c.G, c.m, c.d}, DType::f32, 12);
+    const Tensor v = graphs::random_tensor({c.B, c.G, c.m, c.d}, DType::f32, 13);
+    Value qv = b.input("Q", q), kv = b.input("K", k), vv = b.input("V", v);
+    if (c.grouped_5d) {
+        const int G = static_cast<int>(c.G);
+        qv = reshape(qv, {G, -1}, 1, 2).named("Q_groups");
+        kv = reshape(kv, {G, 1}, 1, 2).named("K_groups");
+        vv = reshape(vv, {G, 1}, 1, 2).named("V_groups");
+    }
+    Value s_raw = matmul(qv, transpose(kv).named("KT")).named("S_raw");
+    Value a = softmax(c.chain(s_raw, b)).named("A");
+    b.output(matmul(a, vv).named("O"));
+    return {b.build(), q, k, v};
+}
+
+// The softmax input's name, e.g. the last node of the chain, for the plan check.
+void check_case(const Case& c) {
+    const Built built = build(c);
+    const Graph& g = built.graph;
+    const Plan plan = make_plan(g, kept(g));
+    BOOST_TEST(count_steps(plan, StepKind::attention) == 1u);
+    BOOST_TEST(count_steps(plan, StepKind::node) == 0u + (c.grouped_5d ? 3u : 0u));  // only the inputs' Reshapes
+
+    RunOptions plain;
+    plain.optimize = false;
+    plain.trace = true;
+    RunOptions fused;
+    fused.threads = 1;
+    RunOptions traced = fused;
+    traced.trace = true;
+    const RunResult rp = run(g, plain), rf = run(g, fused), rt = run(g, traced);
+    const Tensor& o = rf.at(g, "O");
+
+    const Reference ref{c.B, c.H, c.G, c.n, c.m, c.d, c.score};
+    const ReferenceResult want = reference(ref, built.q, built.k, built.v);
+    BOOST_TEST(max_diff(o, want.o) < 2e-5);
+    BOOST_TEST(max_diff(rt.at(g, "A"), want.a) < 2e-6);
+    BOOST_TEST(test::max_abs_diff(o, rp.at(g, "O")) < 1e-6);
+    BOOST_TEST((rt.at(g, "O") == o));  // tracing changes no bit
+    // every traced value of the chain: the plain run's, -inf and 0 at the same places
+    for (const ValueInfo& v : g.values()) {
+        if (v.producer < 0 || v.name == "O") continue;
+        BOOST_TEST_CONTEXT(v.name) {
+            const Tensor &tp = rp.at(g, v.name), &tt = rt.at(g, v.name);
+            BOOST_REQUIRE(tp.shape() == tt.shape());
+            std::size_t mismatched = 0;
+            double diff = 0;
+            for (std::size_t i = 0; i < tp.size(); ++i) {
+                const double x = tp.at_flat(i), y = tt.at_flat(i);
+                if (std::isinf(x) || std::isinf(y) || x == 0 || y == 0)
+                    mismatched += !(x == y);
+                else
+                    diff = std::max(diff, std::abs(x - y));
+            }
+            BOOST_TEST(mismatched == 0u);
+            BOOST_TEST(diff < 1e-5);
+        }
+    }
+    // a masked key has weight exactly 0, a row with no key left gives O = 0
+    const Tensor& a = rt.at(g, "A");
+    std::size_t wrong_zeros = 0, empty_rows = 0, nonzero_empty = 0;
+    for (std::size_t row = 0; row < c.B * c.H * c.n; ++row) {
+        bool any = false;
+        for (std::size_t j = 0; j < c.m; ++j) {
+            const bool masked = want.a[row * c.m + j] == 0 &&
+                                c.score(row / (c.H * c.n), row / c.n % c.H, row % c.n, j, 0.0) == -inf;
+            if (masked) wrong_zeros += a.at_flat(row * c.m + j) != 0.0;
+            any = any || !masked;
+        }
+        if (any) continue;
+        ++empty_rows;
+        for (std::size_t e = 0; e < c.d; ++e) nonzero_empty += o.at_flat(row * c.d + e) != 0.0;
+    }
+    BOOST_TEST(wrong_zeros == 0u);
+    BOOST_TEST(nonzero_empty == 0u);
+    BOOST_TEST_MESSAGE(c.name << ": " << empty_rows << " fully masked rows");
+
+    // bytewise the same for any thread count, untraced and with A traced
+    for (const std::vector<std::string>& only : {std::vector<std::string>{}, std::vector<std::string>{"A"}}) {
+        RunOptions t = fused;
+        t.trace = !only.empty();
+        t.trace_only = only;
+        const RunResult one = run(g, t);
+        BOOST_TEST((one.at(g, "O") == o));
+        for (int threads : {2, 4, 8}) {
+            t.threads = threads;
+            const RunResult r = run(g, t);
+            BOOST_TEST_CONTEXT("threads " << threads << ", traced " << only.size()) {
+                BOOST_TEST((r.at(g, "O") == o));
+                if (!only.empty()) BOOST_TEST((r.at(g, "A") == one.at(g, "A")));
+            }
+        }
+    }
+    // only S_raw traced: every key's score computed, the other values as untraced
+    RunOptions sraw = fused;
+    sraw.trace = true;
+    sraw.trace_only = {"S_raw"};
+    BOOST_TEST((run(g, sraw).at(g, "O") == o));
+}
+
+constexpr double factor = 0.25;
+
+double causal_bias(std::size_t i, std::size_t j, long offset) {
+    return static_cast<long>(j) <= static_cast<long>(i) + offset ? 0.0 : -inf;
+}
+
+}  // namespace
+
+// ---- the span softmax kernel ---------------------------------------------------------------
+
+template <class T>
+void check_spans() {
+    const T neg_inf = -std::numeric_limits<T>::infinity();
+    for (std::size_t len : {1u, 7u, 8u, 16u, 17u, 33u, 100u, 300u}) {
+        std::vector<T> x(len);
+        for (std::size_t j = 0; j < len; ++j) x[j] = static_cast<T>(std::sin(0.9 * static_cast<double>(j)) * 7.0);
+        for (std::size_t first = 0; first <= len; first += 1 + len / 9)
+            for (std::size_t end = first; end <= len; end += 1 + len / 7)
+                for (T scale : {T(1), T(0.37), T(-0.5)})
+                    for (bool scaled : {false, true}) {
+                        // the whole row: scale·x on the span, -inf elsewhere
+                        std::vector<T> row(len, neg_inf), want(len);
+                        for (std::size_t j = first; j < end; ++j) row[j] = scaled ? scale * x[j] : x[j];
+                        softmax_rows<T>(row.data(), want.data(), 1, len, T(1), false);
+                        std::vector<T> got(len, T(42));
+                        const std::size_t lo = first, hi = end;
+                        softmax_spans<T>(x.data(), len, got.data(), len, 0, 1, &lo, &hi, len, scale, scaled);
+                        BOOST_TEST_CONTEXT("len " << len << " span [" << first << ", " << end << ") scale "
+                                                  << scale << " scaled " << scaled) {
+                            BOOST_TEST(std::memcmp(got.data() + first, want.data() + first,
+                                                   (end - first) * sizeof(T)) == 0);
+                            for (std::size_t j = 0; j < len; ++j)
+                                if (j < first || j >= end) BOOST_TEST(want[j] == T(0));
+                        }
+                    }
+    }
+}
+
+BOOST_AUTO_TEST_CASE(span_softmax_gives_the_whole_row_bits) {
+    check_spans<float>();
+    check_spans<double>();
+}
+
+// Rows with different spans in one call, x not at column 0, in place.
+BOOST_AUTO_TEST_CASE(span_softmax_rows_with_an_origin) {
+    const std::size_t len = 70, col0 = 5, ld = 60, rows = 3;
+    std::vector<float> x(rows * ld);
+    for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(std::cos(0.3 * static_cast<double>(i)) * 4);
+    const std::size_t lo[] = {5, 20, 40}, hi[] = {65, 21, 40};
+    std::vector<float> y = x;
+    softmax_spans<float>(y.data(), ld, y.data(), ld, col0, rows, lo, hi, len, 0.5f, true);
+    for (std::size_t r = 0; r < rows; ++r) {
+        std::vector<float> row(len, -std::numeric_limits<float>::infinity()), want(len);
+        for (std::size_t j = lo[r]; j < hi[r]; ++j) row[j] = 0.5f * x[r * ld + j - col0];
+        softmax_rows<float>(row.data(), want.data(), 1, len, 1.0f, false);
+        for (std::size_t j = lo[r]; j < hi[r]; ++j) BOOST_TEST(y[r * ld + j - col0] == want[j]);
+    }
+    BOOST_TEST(y[1 * ld + 20 - col0] == 1.0f);  // one key: all the weight
+}
+
+// ---- masks, biases, softcapping and layouts ----------------------------------------------
+
+BOOST_AUTO_TEST_CASE(causal) {
+    Case c{"causal"};
+    c.chain = [](Value s, GraphBuilder&) { return mask_causal(scale(s, factor).named("S"), 0).named("S_masked"); };
+    c.score = [](std::size_t, std::size_t, std::size_t i, std::size_t j, double raw) {
+        return causal_bias(i, j, 0) == 0 ? factor * raw : -inf;
+    };
+    check_case(c);
+}
+
+BOOST_AUTO_TEST_CASE(causal_with_offsets) {
+    for (int offset : {50, -5, causal_from_end}) {
+        BOOST_TEST_CONTEXT("offset " << offset) {
+            Case c{"causal_offset"};
+            c.m = 350;
+            c.chain = [offset](Value s, GraphBuilder&) {
+                return mask_causal(scale(s, factor).named("S"), offset).named("S_masked");
+            };
+            const long off = offset == causal_from_end ? 50 : offset;
+            c.score = [off](std::size_t, std::size_t, std::size_t i, std::size_t j, double raw) {
+                return causal_bias(i, j, off) == 0 ? factor * raw : -inf;
+            };
+            check_case(c);
+        }
+    }
+}
+
+BOOST_AUTO_TEST_CASE(sliding_window) {
+    for (bool causal_window : {false, true}) {
+        BOOST_TEST_CONTEXT("causal " << causal_window) {
+            Case c{"window"};
+            c.chain = [causal_window](Value s, GraphBuilder&) {
+                return mask_window(scale(s, factor).named("S"), 37, causal_window).named("S_masked");
+            };
+            c.score = [causal_window](std::size_t, std::size_t, std::size_t i, std::size_t j, double raw) {
+                const long p = static_cast<long>(i) - static_cast<long>(j);
+                const bool keep = causal_window ? p >= 0 && p < 37 : std::abs(p) < 37;
+                return keep ? factor * raw : -inf;
+            };
+            check_case(c);
+        }
+    }
+}
+
+// Key padding, a length 0 (fully masked rows) among them; after a causal mask, and in
+// cross-attention (m != n).
+BOOST_AUTO_TEST_CASE(padding_causal_and_cross) {
+    for (std::size_t m : {300u, 200u}) {
+        BOOST_TEST_CONTEXT("m " << m) {
+            Case c{"padding"};
+            c.B = 3;
+            c.m = m;
+            const std::vector<int> lengths{static_cast<int>(m), 0, 130};
+            const bool with_causal = m == c.n;
+            c.chain = [lengths, with_causal](Value s, GraphBuilder&) {
+                Value x = scale(s, factor).named("S");
+                if (with_causal) x = mask_causal(x, 0).named("S_masked");
+                return mask_padding(x, lengths).named("S_padded");
+            };
+            c.score = [lengths, with_causal](std::size_t b, std::size_t, std::size_t i, std::size_t j, double raw) {
+                if (with_causal && causal_bias(i, j, 0) != 0) return -inf;
+                return static_cast<int>(j) < lengths[b] ? factor * raw : -inf;
+            };
+            check_case(c);
+        }
+    }
+}
+
+BOOST_AUTO_TEST_CASE(alibi_then_causal) {
+    Case c{"alibi"};
+    c.H = c.G = 3;
+    const std::vector<double> slopes{0.5, 0.125, 0.03125};
+    c.chain = [slopes](Value s, GraphBuilder& b) {
+        Tensor t = zeros(DType::f32, {3});
+        for (std::size_t h = 0; h < 3; ++h) t.as<float>()(h) = static_cast<float>(slopes[h]);
+        Value x = alibi(scale(s, factor).named("S"), b.param("slopes", t)).named("S_bias");
+        return mask_causal(x, 0).named("S_masked");
+    };
+    c.score = [slopes](std::size_t, std::size_t h, std::size_t i, std::size_t j, double raw) {
+        const double dist = std::abs(static_cast<double>(i) - static_cast<double>(j));
+        return causal_bias(i, j, 0) == 0 ? factor * raw - slopes[h] * dist : -inf;
+    };
+    check_case(c);
+}
+
+// Mask tensors: additive (some -inf) with a causal pattern, boolean broadcast over the batch,
+// and an Add of a bias tensor.
+BOOST_AUTO_TEST_CASE(mask_tensors_and_additive_bias) {
+    const std::size_t n = 300, m = 300;
+    Tensor additive = graphs::random_tensor({2, 1, n, m}, DType::f32, 21);
+    Tensor keep = zeros(DType::f32, {1, 1, n, m});
+    for (std::size_t i = 0; i < n * m; ++i) {
+        if (i % 7 == 3) additive.as<float>().data()[i] = -std::numeric_limits<float>::infinity();
+        keep.as<float>().data()[i] = (i * 2654435761u) % 5 == 0 ? 0.0f : 1.0f;
+    }
+    for (std::size_t j = 0; j < m; ++j) keep.as<float>().data()[17 * m + j] = 0.0f;  // row 17: no key
+    const Tensor bias = graphs::random_tensor({2, n, m}, DType::f32, 22);
+    auto at = [](const Tensor& t, std::size_t i) { return t.at_flat(i); };
+
+    Case add{"additive_mask"};
+    add.chain = [additive](Value s, GraphBuilder& b) {
+        return mask_tensor(scale(s, factor).named("S"), b.input("M", additive), true, true).named("S_masked");
+    };
+    add.score = [&](std::size_t bb, std::size_t, std::size_t i, std::size_t j, double raw) {
+        return causal_bias(i, j, 0) == 0 ? factor * raw + at(additive, (bb * n + i) * m + j) : -inf;
+    };
+    BOOST_TEST_CONTEXT("additive") { check_case(add); }
+
+    Case boolean{"boolean_mask"};
+    boolean.chain = [keep](Value s, GraphBuilder& b) {
+        return mask_tensor(scale(s, factor).named("S"), b.input("M", keep), false).named("S_masked");
+    };
+    boolean.score = [&](std::size_t, std::size_t, std::size_t i, std::size_t j, double raw) {
+        return at(keep, i * m + j) != 0 ? factor * raw : -inf;
+    };
+    BOOST_TEST_CONTEXT("boolean") { check_case(boolean); }
+
+    Case biased{"bias"};
+    biased.chain = [bias](Value s, GraphBuilder& b) {
+        return mask_causal(attngraph::add(b.input("bias", bias), scale(s, factor).named("S")).named("S_bias"), 0)
+            .named("S_masked");
+    };
+    biased.score = [&](std::size_t, std::size_t h, std::size_t i, std::size_t j, double raw) {
+        return causal_bias(i, j, 0) == 0 ? factor * raw + at(bias, (h * n + i) * m + j) : -inf;
+    };
+    BOOST_TEST_CONTEXT("bias") { check_case(biased); }
+}
+
+// Gemma-2's softcapping, c·tanh(S / c), before a causal mask; grouped heads in the 5-D layout.
+BOOST_AUTO_TEST_CASE(softcap_and_grouped_heads) {
+    const double cap = 2.0;
+    Case c{"softcap"};
+    c.H = 4, c.G = 2;
+    c.grouped_5d = true;
+    c.chain = [cap](Value s, GraphBuilder& b) {
+        Value x = scale(s, factor).named("S");
+        x = scale(x, 1 / cap).named("S_div");
+        x = b.node<ops::Tanh>({x}, {}, "S_tanh");
+        x = scale(x, cap).named("S_capped");
+        return mask_causal(x, 0).named("S_masked");
+    };
+    c.score = [cap](std::size_t, std::size_t, std::size_t i, std::size_t j, double raw) {
+        return causal_bias(i, j, 0) == 0 ? cap * std::tanh(factor * raw / cap) : -inf;
+    };
+    check_case(c);
+}
+
+// Tanh after a mask would turn -inf into -1: such a chain keeps its nodes (and the numbers).
+BOOST_AUTO_TEST_CASE(tanh_after_a_mask_does_not_fuse) {
+    GraphBuilder b("late_tanh");
+    Value q = b.input("Q", graphs::random_tensor({1, 40, 8}, DType::f32, 1));
+    Value k = b.input("K", graphs::random_tensor({1, 40, 8}, DType::f32, 2));
+    Value v = b.input("V", graphs::random_tensor({1, 40, 8}, DType::f32, 3));
+    Value s = mask_causal(matmul(q, transpose(k)), 0);
+    b.output(matmul(softmax(b.node<ops::Tanh>({s}, {}, "T")), v).named("O"));
+    const Graph g = b.build();
+    BOOST_TEST(count_steps(make_plan(g, kept(g)), StepKind::attention) == 0u);
+    RunOptions plain;
+    plain.optimize = false;
+    BOOST_TEST(test::max_abs_diff(run(g, {}).at(g, "O"), run(g, plain).at(g, "O")) < 1e-6);
+}
+
+// ---- the variants and the Attention composite ----------------------------------------------
+
+namespace {
+
+void check_graph(const Graph& g, const std::string& output, const std::vector<std::string>& folded) {
+    const Plan plan = make_plan(g, kept(g));
+    BOOST_TEST(count_steps(plan, StepKind::attention) == 1u);
+    const std::string text = plan.describe(g);
+    for (const std::string& name : folded) BOOST_TEST(text.find(name) != std::string::npos, name << " in " << text);
+    RunOptions plain;
+    plain.optimize = false;
+    RunOptions fused;
+    fused.threads = 1;
+    RunOptions traced = fused;
+    traced.trace = true;
+    const RunResult rf = run(g, fused);
+    const Tensor& y = rf.at(g, output);
+    BOOST_TEST(test::max_abs_diff(y, run(g, plain).at(g, output)) < 2e-6);
+    BOOST_TEST((run(g, traced).at(g, output) == y));
+    for (int threads : {2, 4, 8}) {
+        fused.threads = threads;
+        BOOST_TEST((run(g, fused).at(g, output) == y), "threads " << threads);
+    }
+}
+
+graphs::VariantConfig variant(const std::string& name) {
+    graphs::VariantConfig c;
+    c.variant = name;
+    c.batch = 2;
+    c.seq = 200;
+    c.d_model = 32;
+    c.heads = 4;
+    c.seed = 3;
+    return c;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(every_variant_takes_the_fused_step) {
+    struct V {
+        graphs::VariantConfig c;
+        std::vector<std::string> folded;
+    };
+    std::vector<V> cases;
+    cases.push_back({variant("causal"), {"S_masked", "S_raw", "A"}});
+    auto window = variant("sliding-window");
+    window.window = 30;
+    cases.push_back({window, {"S_masked"}});
+    window.causal = true;
+    cases.push_back({window, {"S_masked"}});
+    cases.push_back({variant("alibi"), {"S_bias", "S_masked"}});
+    auto padded = variant("mha-batched");
+    padded.lengths = {200, 0};
+    cases.push_back({padded, {"S_padded"}});
+    auto causal_padded = variant("causal");
+    causal_padded.lengths = {150, 77};
+    cases.push_back({causal_padded, {"S_masked", "S_padded"}});
+    auto cross = variant("cross");
+    cross.kv_seq = 150;
+    cross.lengths = {150, 60};
+    cases.push_back({cross, {"S_padded"}});
+    auto gqa = variant("gqa");
+    gqa.groups = 2;
+    cases.push_back({gqa, {"S"}});
+    cases.push_back({variant("mqa"), {"S"}});
+    auto decode = variant("decode");
+    decode.seq = 3;
+    decode.past = 140;
+    cases.push_back({decode, {"attn.S_masked"}});
+    decode.groups = 2;
+    cases.push_back({decode, {"attn.S_raw_groups", "attn.S_masked", "attn.A_groups", "attn.KT_groups"}});
+    decode.seq = 150;
+    cases.push_back({decode, {"attn.S_masked"}});
+    for (const V& v : cases) {
+        BOOST_TEST_CONTEXT(v.c.variant << " groups " << v.c.groups << " seq " << v.c.seq) {
+            check_graph(graphs::build_variant(v.c), "Y", v.folded);
+        }
+    }
+}
+
+// Attention (ops/attention.cpp) with causal, an attn_mask, softcap, GQA and a past.
+BOOST_AUTO_TEST_CASE(attention_composite_with_masks_softcap_groups_and_past) {
+    struct C {
+        std::size_t heads, kv_heads, past;
+        bool causal;
+        double softcap;
+        std::string mask;  // "", "additive", "boolean"
+    };
+    for (const C& c : {C{4, 4, 0, true, 0, ""}, C{4, 2, 20, true, 3.0, ""}, C{4, 1, 0, false, 0, "additive"},
+                       C{4, 2, 0, true, 0, "boolean"}, C{2, 2, 30, true, 5.0, "additive"}}) {
+        BOOST_TEST_CONTEXT("heads " << c.heads << "/" << c.kv_heads << " past " << c.past << " causal " << c.causal
+                                    << " softcap " << c.softcap << " mask " << c.mask) {
+            const std::size_t B = 2, n = 140, d = 8, m = c.past + n;
+            GraphBuilder b("composite");
+            AttentionInputs in;
+            in.q = b.input("Q", graphs::random_tensor({B, c.heads, n, d}, DType::f32, 31));
+            in.k = b.input("K", graphs::random_tensor({B, c.kv_heads, n, d}, DType::f32, 32));
+            in.v = b.input("V", graphs::random_tensor({B, c.kv_heads, n, d}, DType::f32, 33));
+            if (c.past) {
+                in.past_key = b.input("past_key", graphs::random_tensor({B, c.kv_heads, c.past, d}, DType::f32, 34));
+                in.past_value = b.input("past_value", graphs::random_tensor({B, c.kv_heads, c.past, d}, DType::f32, 35));
+            }
+            if (!c.mask.empty()) {
+                Tensor mk = graphs::random_tensor({B, 1, n, m}, DType::f32, 36);
+                for (std::size_t i = 0; i < mk.size(); ++i)
+                    if (c.mask == "boolean")
+                        mk.as<float>().data()[i] = i % 3 == 0 ? 0.0f : 1.0f;
+                    else if (i % 5 == 0)
+                        mk.as<float>().data()[i] = -std::numeric_limits<float>::infinity();
+                in.attn_mask = b.input("mask", mk);
+            }
+            AttentionAttrs a;
+            a.is_causal = c.causal;
+            a.softcap = c.softcap;
+            a.mask_type = c.mask.empty() ? "additive" : c.mask;
+            const AttentionOutputs out = attention("attn", in, a);
+            b.output(out.y);
+            std::vector<std::string> folded{"attn.S", "attn.A"};
+            if (c.causal || !c.mask.empty()) folded.push_back("attn.S_masked");
+            if (c.softcap > 0) folded.push_back("attn.S_tanh");
+            if (c.heads != c.kv_heads) folded.push_back("attn.S_raw_groups");
+            check_graph(b.build(), "attn.O", folded);
+        }
+    }
+}
