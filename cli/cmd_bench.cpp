@@ -220,7 +220,7 @@ void bench_graph(const BenchArgs& a) {
     options.threads = executor.threads();
     options.trace = a.trace == "memory";
     options.optimize = !a.plain;
-    options.keep_all = a.backward;  // backward reads every forward value
+    options.keep_for_backward = a.backward;  // what backward reads: not the attention weights
     std::vector<std::string> wrt;   // the gradients a training step needs: X and the weights
     for (const ValueInfo& v : graph.values())
         if (v.kind != ValueKind::node) wrt.push_back(v.name);

@@ -128,7 +128,10 @@ void add_grad_command(CLI::App& app) {
 
         RunOptions run_options;
         run_options.threads = args->graph.threads;
-        run_options.keep_all = true;
+        // a trace keeps every value; else the forward keeps what the backward reads (the
+        // attention weights are recomputed there, with the same bits)
+        run_options.keep_all = !args->trace_dir.empty();
+        run_options.keep_for_backward = true;
         run_options.check_finite = args->check_finite;
         Progress progress("grad");
         run_options.progress = progress.callback("forward", "nodes");

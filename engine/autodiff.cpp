@@ -5,9 +5,14 @@
 #include <chrono>
 #include <fstream>
 
+#include "engine/attention_kernel.hpp"
 #include "engine/error.hpp"
+#include "engine/fused_attention.hpp"
+#include "engine/gemm.hpp"
 #include "engine/npy.hpp"
+#include "engine/optimize.hpp"
 #include "engine/parallel.hpp"
+#include "ops/ops.hpp"
 
 namespace attngraph {
 
@@ -31,30 +36,137 @@ Array<T> zeros_like_shape(const Shape& s) {
     return Array<T>(typename Array<T>::shape_type(s.begin(), s.end()), T(0));
 }
 
+// A fused attention step of the forward plan (engine/optimize.hpp), O = softmax(c·Q·Kᵀ)·V,
+// whose backward runs as one task (engine/attention_kernel.hpp): the scores and weights are
+// internal to it, and recomputed block by block when the forward did not keep A.
+struct AttentionGroup {
+    std::size_t o_node = 0;            // the MatMul writing O: the group's task stands there
+    std::vector<std::size_t> members;  // the nodes it covers (the Transpose too when KT is folded)
+    int q = -1, k = -1, v = -1, o = -1;  // value ids; k is K, the Transpose's input
+    int kt = -1;                         // KT when the forward kept it (its Transpose runs on its own), else -1
+    int s_raw = -1, s = -1, a = -1;      // s: -1 without a Scale
+    double factor = 1.0;
+    bool scaled = false;
+    std::shared_ptr<const AttentionSpec> spec;  // the forward step's, to recompute A with its kernel
+    std::vector<int> inputs;                    // the forward step's inputs (Q, K, V)
+};
+
+// A linear_group step of the forward plan: Linear nodes reading the same x (the heads' Q, K,
+// V projections). Its backward is one task: each member's dW and db, then
+// dX += [dY_1 | dY_2 | ...]·[W_1 | W_2 | ...]ᵀ, one wide GEMM instead of one per member, each
+// into a part of dX's size, and their sum.
+struct LinearGroup {
+    std::vector<std::size_t> members;  // the Linear nodes, in graph order
+    std::size_t member_inputs = 1;     // inputs after x: W, or W and b
+};
+
+// The attention steps of the plan for `kept` whose internal values (S_raw, S, A, a folded KT)
+// get no gradient from outside the step: none of them is a graph output.
+std::vector<AttentionGroup> attention_groups(const Graph& g, const Plan& plan);
+
+struct FusedSteps {
+    std::vector<AttentionGroup> attention;
+    std::vector<LinearGroup> linear;
+};
+
+FusedSteps fused_steps(const Graph& g, const std::vector<bool>& kept) {
+    const Plan plan = make_plan(g, kept);
+    FusedSteps f;
+    f.attention = attention_groups(g, plan);
+    for (const Step& step : plan.steps) {
+        if (step.kind != StepKind::linear_group) continue;
+        LinearGroup grp;
+        for (int n : step.nodes) grp.members.push_back(static_cast<std::size_t>(n));
+        std::sort(grp.members.begin(), grp.members.end());
+        grp.member_inputs = step.member_inputs;
+        f.linear.push_back(std::move(grp));
+    }
+    return f;
+}
+
+std::vector<AttentionGroup> attention_groups(const Graph& g, const Plan& plan) {
+    const auto& nodes = g.nodes();
+    std::vector<bool> is_output(g.values().size(), false);
+    for (int id : g.outputs()) is_output[static_cast<std::size_t>(id)] = true;
+    auto producer = [&](int id) -> const Node& {
+        return nodes[static_cast<std::size_t>(g.value(id).producer)];
+    };
+    std::vector<AttentionGroup> groups;
+    for (const Step& step : plan.steps) {
+        if (step.kind != StepKind::attention || !step.attention) continue;
+        const AttentionSpec& spec = *step.attention;
+        // the backward fuses the plain chain: at most a Scale between the scores and the softmax
+        bool plain = spec.stages.size() <= 1 && (spec.stages.empty() || spec.stages[0].kind == ScoreStage::Kind::scale);
+        for (int f : step.folded) {
+            const Node& fn = nodes[static_cast<std::size_t>(f)];
+            plain = plain && (fn.is<ops::Transpose>() || fn.is<ops::MatMul>() || fn.is<ops::Scale>() ||
+                              fn.is<ops::Softmax>());
+        }
+        if (!plain) continue;
+        AttentionGroup grp;
+        grp.spec = step.attention;
+        grp.inputs = step.inputs;
+        grp.o_node = static_cast<std::size_t>(step.node);
+        const Node& o = nodes[grp.o_node];
+        grp.o = o.outputs[0];
+        grp.a = o.inputs[0];
+        grp.v = o.inputs[1];
+        const int s_in = producer(grp.a).inputs[0];
+        grp.scaled = !spec.stages.empty();
+        grp.factor = grp.scaled ? spec.stages[0].factor : 1.0;
+        if (grp.scaled) grp.s = s_in;
+        grp.s_raw = grp.scaled ? producer(s_in).inputs[0] : s_in;
+        const Node& s_raw_node = producer(grp.s_raw);
+        grp.q = s_raw_node.inputs[0];
+        const int kt = s_raw_node.inputs[1];
+        grp.k = producer(kt).inputs[0];
+        bool kt_folded = false;
+        for (int f : step.folded) {
+            grp.members.push_back(static_cast<std::size_t>(f));
+            kt_folded = kt_folded || f == g.value(kt).producer;
+        }
+        grp.members.push_back(grp.o_node);
+        if (!kt_folded) grp.kt = kt;
+        bool seeded = is_output[static_cast<std::size_t>(grp.s_raw)] || is_output[static_cast<std::size_t>(grp.a)] ||
+                      (grp.s >= 0 && is_output[static_cast<std::size_t>(grp.s)]) ||
+                      (kt_folded && is_output[static_cast<std::size_t>(kt)]);
+        if (!seeded) groups.push_back(std::move(grp));
+    }
+    return groups;
+}
+
 // What the backward pass of one graph does, decided before any arithmetic: which node
 // backwards run, which consumers add into which gradient, and the task graph the executor
 // runs. Where a value has several consumers, the first adds into its gradient and each other
 // one into its own part; a sum task adds the parts in consumer order once they are all done
-// (so the result does not depend on which consumer finished first).
+// (so the result does not depend on which consumer finished first). A fused attention step
+// is one task covering its nodes; the edges of its inputs stand at their nodes' places, as
+// without fusion.
 struct BackwardPlan {
     std::vector<bool> requested;  // value id -> the caller wants its gradient
-    std::vector<bool> runs;       // node index -> its backward runs
+    std::vector<bool> runs;       // node index -> its backward runs (on its own or in a group)
     // value id -> the (node, input slot) pairs that add into its gradient, in node order
     std::vector<std::vector<std::pair<std::size_t, std::size_t>>> edges;
     // node index -> input slot -> position in edges[input], -1: no gradient for that slot
     std::vector<std::vector<int>> slot_edge;
-    // the tasks: a node's backward, or the sum of a value's parts
+    std::vector<AttentionGroup> groups;
+    std::vector<int> group_of;  // node index -> the attention group covering it, -1: none
+    std::vector<LinearGroup> linear;
+    std::vector<int> linear_of;  // node index -> the linear group covering it, -1: none
+    // the tasks: a node's backward, a group's, or the sum of a value's parts
+    enum class Kind { node, sum, attention, linear };
     struct Task {
-        bool sum = false;
-        std::size_t index = 0;  // node index, or value id for a sum
+        Kind kind = Kind::node;
+        std::size_t index = 0;  // node index, value id for a sum, group index (attention or linear)
     };
     std::vector<Task> tasks;
     TaskGraph graph;
 };
 
-BackwardPlan make_backward_plan(const Graph& g, const std::vector<bool>& requested) {
+BackwardPlan make_backward_plan(const Graph& g, const std::vector<bool>& requested, FusedSteps fused) {
     const auto& values = g.values();
     const auto& nodes = g.nodes();
+    using Kind = BackwardPlan::Kind;
     BackwardPlan p;
     p.requested = requested;
     // needs[v]: v is requested or computed from a requested value (its gradient is on a path)
@@ -80,18 +192,41 @@ BackwardPlan make_backward_plan(const Graph& g, const std::vector<bool>& request
             for (int id : n.inputs) reaches[static_cast<std::size_t>(id)] = true;
         p.runs[i] = out_reaches && in_needs;
     }
+    // a group runs when its O node does; its members then run inside it, whatever they would alone
+    std::erase_if(fused.attention, [&](const AttentionGroup& grp) { return !p.runs[grp.o_node]; });
+    p.groups = std::move(fused.attention);
+    // a linear group of the members that run, when two or more do
+    for (LinearGroup& grp : fused.linear) std::erase_if(grp.members, [&](std::size_t i) { return !p.runs[i]; });
+    std::erase_if(fused.linear, [](const LinearGroup& grp) { return grp.members.size() < 2; });
+    p.linear = std::move(fused.linear);
+    p.linear_of.assign(nodes.size(), -1);
+    for (std::size_t gi = 0; gi < p.linear.size(); ++gi)
+        for (std::size_t i : p.linear[gi].members) p.linear_of[i] = static_cast<int>(gi);
+    p.group_of.assign(nodes.size(), -1);
+    std::vector<int> made_by(values.size(), -1);  // value id -> the group whose member writes it
+    for (std::size_t gi = 0; gi < p.groups.size(); ++gi)
+        for (std::size_t i : p.groups[gi].members) {
+            p.group_of[i] = static_cast<int>(gi);
+            p.runs[i] = true;
+            for (int id : nodes[i].outputs)
+                if (id != p.groups[gi].o) made_by[static_cast<std::size_t>(id)] = static_cast<int>(gi);
+        }
     p.edges.resize(values.size());
     p.slot_edge.resize(nodes.size());
     for (std::size_t i = 0; i < nodes.size(); ++i) {
         const Node& n = nodes[i];
         p.slot_edge[i].assign(n.inputs.size(), -1);
         if (!p.runs[i]) continue;
-        if (!n.op->backward<float>() || !n.op->backward<double>())
+        const int group = p.group_of[i], linear = p.linear_of[i];
+        if (group < 0 && linear < 0 && (!n.op->backward<float>() || !n.op->backward<double>()))
             throw GraphError("node '" + n.name + "' (" + n.op->name + ") has no backward: graph '" + g.name() +
                              "' cannot be differentiated through it");
         for (std::size_t k = 0; k < n.inputs.size(); ++k) {
             const auto v = static_cast<std::size_t>(n.inputs[k]);
             if (!needs[v] || !n.op->has_grad(k)) continue;
+            if (group >= 0 && made_by[v] == group) continue;  // internal: the group computes it
+            // x: the linear group adds dX once, through its first member's slot
+            if (linear >= 0 && k == 0 && p.linear[static_cast<std::size_t>(linear)].members[0] != i) continue;
             p.slot_edge[i][k] = static_cast<int>(p.edges[v].size());
             p.edges[v].emplace_back(i, k);
             p.graph.work += element_count(values[v].shape);
@@ -107,13 +242,25 @@ BackwardPlan make_backward_plan(const Graph& g, const std::vector<bool>& request
     auto add_sum = [&](std::size_t v) {
         if (p.edges[v].size() < 2) return;
         sum_task[v] = p.tasks.size();
-        p.tasks.push_back({true, v});
+        p.tasks.push_back({Kind::sum, v});
     };
     for (std::size_t i = nodes.size(); i-- > 0;) {
         for (int id : nodes[i].outputs) add_sum(static_cast<std::size_t>(id));
         if (!p.runs[i]) continue;
-        node_task[i] = p.tasks.size();
-        p.tasks.push_back({false, i});
+        const int group = p.group_of[i], linear = p.linear_of[i];
+        if (group >= 0 && p.groups[static_cast<std::size_t>(group)].o_node != i) continue;
+        // a linear group stands at its first member: after every consumer of every member
+        if (linear >= 0 && p.linear[static_cast<std::size_t>(linear)].members[0] != i) continue;
+        if (linear >= 0) {
+            for (std::size_t member : p.linear[static_cast<std::size_t>(linear)].members) node_task[member] = p.tasks.size();
+            p.tasks.push_back({Kind::linear, static_cast<std::size_t>(linear)});
+        } else if (group >= 0) {
+            for (std::size_t member : p.groups[static_cast<std::size_t>(group)].members) node_task[member] = p.tasks.size();
+            p.tasks.push_back({Kind::attention, static_cast<std::size_t>(group)});
+        } else {
+            node_task[i] = p.tasks.size();
+            p.tasks.push_back({Kind::node, i});
+        }
     }
     for (std::size_t v = 0; v < values.size(); ++v)
         if (values[v].producer < 0) add_sum(v);
@@ -123,19 +270,25 @@ BackwardPlan make_backward_plan(const Graph& g, const std::vector<bool>& request
         return producer < 0 ? none : node_task[static_cast<std::size_t>(producer)];
     };
     p.graph.successors.resize(p.tasks.size());
-    for (std::size_t t = 0; t < p.tasks.size(); ++t) {
-        const auto& task = p.tasks[t];
-        auto& next = p.graph.successors[t];
-        if (task.sum) {
-            if (complete_after(task.index) != none) next.push_back(complete_after(task.index));
-            continue;
-        }
-        const Node& n = nodes[task.index];
+    auto wait_for_inputs = [&](std::size_t t, std::size_t i) {
+        const Node& n = nodes[i];
         for (std::size_t k = 0; k < n.inputs.size(); ++k) {
-            if (p.slot_edge[task.index][k] < 0) continue;
+            if (p.slot_edge[i][k] < 0) continue;
             const auto v = static_cast<std::size_t>(n.inputs[k]);
             const std::size_t waiting = sum_task[v] != none ? sum_task[v] : complete_after(v);
-            if (waiting != none) next.push_back(waiting);
+            if (waiting != none) p.graph.successors[t].push_back(waiting);
+        }
+    };
+    for (std::size_t t = 0; t < p.tasks.size(); ++t) {
+        const auto& task = p.tasks[t];
+        if (task.kind == Kind::sum) {
+            if (complete_after(task.index) != none) p.graph.successors[t].push_back(complete_after(task.index));
+        } else if (task.kind == Kind::node) {
+            wait_for_inputs(t, task.index);
+        } else if (task.kind == Kind::attention) {
+            for (std::size_t member : p.groups[task.index].members) wait_for_inputs(t, member);
+        } else {
+            for (std::size_t member : p.linear[task.index].members) wait_for_inputs(t, member);
         }
     }
     return p;
@@ -172,19 +325,36 @@ public:
         for (std::size_t i = 0; i < nodes.size(); ++i) {
             if (!plan.runs[i]) continue;
             ++m_nodes_total;
+            if (plan.group_of[i] >= 0) continue;
             for (int id : nodes[i].inputs) need_forward(nodes[i], id);
             for (int id : nodes[i].outputs) need_forward(nodes[i], id);
         }
+        for (const AttentionGroup& grp : plan.groups)
+            for (int id : {grp.q, grp.k, grp.v}) need_forward(nodes[grp.o_node], id);
     }
 
     Gradients run(Executor& executor) {
         executor.execute(m_plan.graph, [this](std::size_t t) {
             const auto& task = m_plan.tasks[t];
-            if (task.sum)
-                sum_parts(task.index);
-            else
-                execute(task.index);
-            if (!task.sum && m_progress) m_progress(++m_nodes_done, m_nodes_total);
+            switch (task.kind) {
+                case BackwardPlan::Kind::sum:
+                    sum_parts(task.index);
+                    return true;
+                case BackwardPlan::Kind::node:
+                    execute(task.index);
+                    if (m_progress) m_progress(++m_nodes_done, m_nodes_total);
+                    return true;
+                case BackwardPlan::Kind::linear:
+                    execute_linear(m_plan.linear[task.index]);
+                    if (m_progress)
+                        m_progress(m_nodes_done += m_plan.linear[task.index].members.size(), m_nodes_total);
+                    return true;
+                case BackwardPlan::Kind::attention:
+                    execute_group(m_plan.groups[task.index]);
+                    if (m_progress)
+                        m_progress(m_nodes_done += m_plan.groups[task.index].members.size(), m_nodes_total);
+                    return true;
+            }
             return true;
         });
         Gradients out;
@@ -218,8 +388,32 @@ private:
         m_has[v] = 1;
     }
 
-    // node i's backward: adds into the gradients (or parts) of its inputs
-    void execute(std::size_t i) {
+    // Where node i's backward adds the gradient of its input slot k: the gradient itself for
+    // the value's first consumer, its own part for the others; null when the slot needs none.
+    Array<T>* input_grad(std::size_t i, std::size_t k) {
+        const auto v = static_cast<std::size_t>(m_graph.nodes()[i].inputs[k]);
+        const int e = m_plan.slot_edge[i][k];
+        if (e < 0) return nullptr;
+        if (e == 0) {
+            allocate(v);
+            return &m_grad[v];
+        }
+        Array<T>& part = m_extra[v][static_cast<std::size_t>(e - 1)];
+        part = zeros_like_shape<T>(m_graph.values()[v].shape);
+        return &part;
+    }
+
+    // The output gradients a backward has read are dropped, unless requested.
+    void release_grad(int id) {
+        const auto v = static_cast<std::size_t>(id);
+        if (m_plan.requested[v]) return;
+        m_grad[v] = Array<T>();
+        m_has[v] = 0;
+    }
+
+    // node i's backward: adds into the gradients (or parts) of its inputs (but its input 0's
+    // when skip_x: a linear group adds that; it then also keeps the output gradients)
+    void execute(std::size_t i, bool skip_x = false) {
         const Node& node = m_graph.nodes()[i];
         const auto t0 = std::chrono::steady_clock::now();
         std::vector<const Array<T>*> in, out, dout;
@@ -231,30 +425,122 @@ private:
             allocate(v);
             dout.push_back(&m_grad[v]);
         }
-        for (std::size_t k = 0; k < node.inputs.size(); ++k) {
-            const auto v = static_cast<std::size_t>(node.inputs[k]);
-            const int e = m_plan.slot_edge[i][k];
-            if (e < 0) {
-                din.push_back(nullptr);
-                continue;
-            }
-            // the first consumer adds into the gradient itself, the others into their own parts
-            if (e == 0) {
-                allocate(v);
-                din.push_back(&m_grad[v]);
-            } else {
-                Array<T>& part = m_extra[v][static_cast<std::size_t>(e - 1)];
-                part = zeros_like_shape<T>(m_graph.values()[v].shape);
-                din.push_back(&part);
-            }
-        }
+        for (std::size_t k = 0; k < node.inputs.size(); ++k) din.push_back(skip_x && k == 0 ? nullptr : input_grad(i, k));
         node.op->backward<T>()(node.attrs, In<T>(in), In<T>(out), In<T>(dout), Out<T>(din));
         m_seconds[i] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        for (int id : node.outputs) {
-            const auto v = static_cast<std::size_t>(id);
-            if (m_plan.requested[v]) continue;
-            m_grad[v] = Array<T>();
-            m_has[v] = 0;
+        if (skip_x) return;
+        for (int id : node.outputs) release_grad(id);
+    }
+
+    // A fused attention step's backward (engine/attention_kernel.hpp). The gradients of its
+    // internal values are written only when requested (a traced run); a kept KT gets dK
+    // transposed, which its Transpose's own backward transposes back (exactly).
+    void execute_group(const AttentionGroup& grp) {
+        const auto& nodes = m_graph.nodes();
+        const auto t0 = std::chrono::steady_clock::now();
+        const auto at = [](int id) { return static_cast<std::size_t>(id); };
+        AttentionOperands<T> op = attention_operands<T>(*m_forward[at(grp.q)], *m_forward[at(grp.k)],
+                                                        *m_forward[at(grp.v)], static_cast<T>(grp.factor), grp.scaled);
+        // A recomputed by the forward step's own kernel: its block, its bits
+        std::vector<const Array<T>*> step_in;
+        for (int id : grp.inputs) step_in.push_back(m_forward[at(id)]);
+        const AttentionKernel<T> kernel(*grp.spec, In<T>(step_in));
+        op.weights = [&](std::size_t b, std::size_t r0, std::size_t rows, T* a) {
+            const auto blk = kernel.block(b, r0 / gemm_row_block);
+            std::vector<T> scratch(kernel.scratch_size());
+            const auto w = kernel.weights(blk, scratch.data(), Out<T>{});
+            for (std::size_t r = 0; r < rows; ++r) {
+                T* row = a + r * op.m;
+                std::fill(row, row + op.m, T(0));
+                std::copy_n(w.a + r * w.lda, blk.hi - blk.lo, row + blk.lo);
+            }
+        };
+        const std::size_t s_raw_node = at(m_graph.value(grp.s_raw).producer);
+        AttentionGrads<T> g;
+        if (Array<T>* dq = input_grad(s_raw_node, 0)) g.dq = dq->data();
+        if (Array<T>* dv = input_grad(grp.o_node, 1)) g.dv = dv->data();
+        Array<T> dk_local;  // dK when KT is kept: KT's gradient is its transpose
+        Array<T>* dkt = nullptr;
+        if (grp.kt >= 0) {
+            dkt = input_grad(s_raw_node, 1);
+            if (dkt) {
+                dk_local = zeros_like_shape<T>(m_graph.value(grp.k).shape);
+                g.dk = dk_local.data();
+            }
+        } else if (Array<T>* dk = input_grad(at(m_graph.value(nodes[s_raw_node].inputs[1]).producer), 0)) {
+            g.dk = dk->data();
+        }
+        auto internal = [&](int id) -> T* {
+            if (id < 0 || !m_plan.requested[at(id)]) return nullptr;
+            allocate(at(id));
+            return m_grad[at(id)].data();
+        };
+        g.ds_raw = internal(grp.s_raw);
+        g.ds = internal(grp.s);
+        g.da = internal(grp.a);
+        allocate(at(grp.o));
+        const Array<T>* a_kept = m_forward[at(grp.a)];
+        attention_backward<T>(op, a_kept ? a_kept->data() : nullptr, m_grad[at(grp.o)].data(), g);
+        if (dkt) {  // KT (kbatch..., dk, m) += dKᵀ
+            T* d = dkt->data();
+            const T* src = dk_local.data();
+            const std::size_t m = op.m, dk = op.dk;
+            parallel_chunks(op.k_batches, 1, [&](std::size_t b0, std::size_t b1) {
+                for (std::size_t b = b0; b < b1; ++b)
+                    for (std::size_t r = 0; r < m; ++r)
+                        for (std::size_t c = 0; c < dk; ++c) d[(b * dk + c) * m + r] += src[(b * m + r) * dk + c];
+            });
+        }
+        m_seconds[grp.o_node] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        release_grad(grp.o);
+    }
+
+    // A linear group's backward (in the forward pass this was: y_i = x·W_i + b_i for every
+    // member i; dy_i is (M, out_i)): each member's own Linear backward for dW_i and db_i (the
+    // bits of a backward without the group), and for all of them at once
+    // dx (M, in) += [dy_1 | dy_2 | ...]·[W_1 | W_2 | ...]ᵀ, one wide GEMM.
+    void execute_linear(const LinearGroup& grp) {
+        const auto& nodes = m_graph.nodes();
+        const auto t0 = std::chrono::steady_clock::now();
+        const std::size_t first = grp.members[0];
+        for (std::size_t i : grp.members) execute(i, /*skip_x=*/true);
+        Array<T>* dx = input_grad(first, 0);
+        const Array<T>& x = *m_forward[static_cast<std::size_t>(nodes[first].inputs[0])];
+        auto weight = [&](std::size_t j) -> const Array<T>& {
+            return *m_forward[static_cast<std::size_t>(nodes[grp.members[j]].inputs[1])];
+        };
+        const std::size_t k = weight(0).shape()[0];
+        std::vector<std::size_t> offset(grp.members.size() + 1, 0);
+        for (std::size_t j = 0; j < grp.members.size(); ++j) offset[j + 1] = offset[j] + weight(j).shape()[1];
+        const std::size_t width = offset.back(), rows = k ? x.size() / k : 0;
+        if (dx && rows && k) {
+            Array<T> dy_all = Array<T>::from_shape({rows, width}), w_all = Array<T>::from_shape({k, width});
+            parallel_chunks(rows, grain_for(width), [&](std::size_t r0, std::size_t r1) {
+                for (std::size_t j = 0; j < grp.members.size(); ++j) {
+                    const auto y = static_cast<std::size_t>(nodes[grp.members[j]].outputs[0]);
+                    const std::size_t w = offset[j + 1] - offset[j];
+                    for (std::size_t r = r0; r < r1; ++r) {
+                        T* to = dy_all.data() + r * width + offset[j];
+                        if (m_has[y])
+                            std::copy_n(m_grad[y].data() + r * w, w, to);
+                        else
+                            std::fill_n(to, w, T(0));
+                    }
+                }
+            });
+            parallel_chunks(k, grain_for(width), [&](std::size_t r0, std::size_t r1) {
+                for (std::size_t j = 0; j < grp.members.size(); ++j) {
+                    const std::size_t w = offset[j + 1] - offset[j];
+                    for (std::size_t r = r0; r < r1; ++r)
+                        std::copy_n(weight(j).data() + r * w, w, w_all.data() + r * width + offset[j]);
+                }
+            });
+            gemm<T>(false, true, rows, k, width, T(1), dy_all.data(), width, w_all.data(), width, T(1), dx->data(), k);
+        }
+        const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        for (std::size_t i : grp.members) {
+            m_seconds[i] = seconds / static_cast<double>(grp.members.size());
+            release_grad(nodes[i].outputs[0]);
         }
     }
 
@@ -301,7 +587,7 @@ void check_forward(const Graph& graph, const RunResult& forward) {
 
 Gradients Executor::backward(const Graph& graph, const RunResult& forward,
                              const std::map<std::string, Tensor>& output_grads, const std::vector<std::string>& wrt,
-                             const std::function<void(std::size_t, std::size_t)>& progress) {
+                             const std::function<void(std::size_t, std::size_t)>& progress, bool fuse) {
     check_forward(graph, forward);
     std::vector<bool> requested(graph.values().size(), wrt.empty());
     for (const auto& name : wrt) {
@@ -335,7 +621,13 @@ Gradients Executor::backward(const Graph& graph, const RunResult& forward,
             seeds[id] = Tensor(Array<double>(Array<double>::shape_type(s.begin(), s.end()), 1.0));
     }
 
-    const BackwardPlan plan = make_backward_plan(graph, requested);
+    FusedSteps fused;
+    if (fuse) {  // the fused steps of the plan for what the forward kept
+        std::vector<bool> kept(graph.values().size());
+        for (std::size_t v = 0; v < kept.size(); ++v) kept[v] = forward.values[v] || graph.values()[v].data;
+        fused = fused_steps(graph, kept);
+    }
+    const BackwardPlan plan = make_backward_plan(graph, requested, std::move(fused));
     if (graph.dtype() == DType::f32)
         return BackwardRun<float>(graph, forward, plan, std::move(seeds), progress).run(*this);
     return BackwardRun<double>(graph, forward, plan, std::move(seeds), progress).run(*this);
@@ -344,7 +636,17 @@ Gradients Executor::backward(const Graph& graph, const RunResult& forward,
 Gradients backward(const Graph& graph, const RunResult& forward, const std::map<std::string, Tensor>& output_grads,
                    const BackwardOptions& options) {
     check_forward(graph, forward);
-    return default_executor(options.threads)->backward(graph, forward, output_grads, options.wrt, options.progress);
+    return default_executor(options.threads)
+        ->backward(graph, forward, output_grads, options.wrt, options.progress, options.fuse);
+}
+
+std::vector<bool> backward_keep(const Graph& graph, const std::vector<bool>& keep) {
+    std::vector<bool> all(graph.values().size(), true);
+    for (const AttentionGroup& grp : fused_steps(graph, keep).attention)
+        for (std::size_t i : grp.members)
+            for (int id : graph.nodes()[i].outputs)
+                if (id != grp.o) all[static_cast<std::size_t>(id)] = keep[static_cast<std::size_t>(id)];
+    return all;
 }
 
 // ---- gradient traces -------------------------------------------------------------------

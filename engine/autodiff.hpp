@@ -6,6 +6,9 @@
 // where a value feeds several nodes, each consumer adds into its own buffer and the
 // buffers are summed in consumer order, so the gradients are bit-identical for any thread
 // count. Only the nodes on a path from a requested value to an output run their backward.
+// A fused attention step of the forward plan (engine/optimize.hpp) runs as one backward
+// (engine/attention_kernel.hpp) that recomputes the attention weights block by block when
+// the forward did not keep them, with the forward's own kernel: the same bits either way.
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -28,6 +31,10 @@ struct BackwardOptions {
     /// Called after each node's backward with (nodes done, nodes to run), from any of the
     /// run's threads, possibly from two at once (a progress line reads it).
     std::function<void(std::size_t, std::size_t)> progress;
+    /// Run each fused attention step of the forward (O = softmax(c·Q·Kᵀ)·V) as one backward
+    /// that recomputes the weights the forward did not keep; false: a backward per node
+    /// (the forward must then keep every value: keep_all).
+    bool fuse = true;
 };
 
 /// @brief The gradients dL/dv of one backward pass, by value name.
@@ -51,13 +58,18 @@ private:
 };
 
 /// @brief Runs the backward pass of `graph` over `forward`, a complete run of the same graph
-/// made with RunOptions::keep_all, on default_executor(options.threads); Executor::backward
-/// runs it on a given executor. `output_grads` maps output names to G (the output's
+/// made with RunOptions::keep_for_backward (or keep_all), on default_executor(options.threads);
+/// Executor::backward runs it on a given executor. `output_grads` maps output names to G (the output's
 /// shape; converted to the graph's dtype); an output left out gets all ones.
 /// Throws GraphError (unknown name, not an output, value not kept, op without backward)
 /// or ShapeError (G of the wrong shape).
 Gradients backward(const Graph& graph, const RunResult& forward, const std::map<std::string, Tensor>& output_grads = {},
                    const BackwardOptions& options = {});
+
+/// @brief What a forward run keeps for backward() when it keeps `keep` (traced values and
+/// outputs) anyway: every value but the scores and weights (S_raw, S, A, and KT) of fused
+/// attention steps that are not in `keep`; the backward recomputes them block by block.
+std::vector<bool> backward_keep(const Graph& graph, const std::vector<bool>& keep);
 
 /// @brief manifest.json of a gradient trace: the forward trace's manifest (format npy) where
 /// every entry with a gradient gets "grad": "grad/<name>.npy", plus a "grads" list of those

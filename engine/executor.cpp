@@ -14,6 +14,7 @@
 #include <tbb/task_arena.h>
 #include <tbb/task_group.h>
 
+#include "engine/autodiff.hpp"
 #include "engine/error.hpp"
 #include "engine/optimize.hpp"
 #include "engine/parallel.hpp"
@@ -125,7 +126,10 @@ public:
         }
         for (int id : g.outputs()) m_keep[static_cast<std::size_t>(id)] = true;
         const bool patched = !o.patches.empty() || !o.hooks.empty();
-        m_plan = make_plan(g, m_keep, o.optimize && !o.check_finite && !patched);
+        const bool optimize = o.optimize && !o.check_finite && !patched;
+        if (o.keep_for_backward)  // unfused, the backward reads every value
+            m_keep = optimize ? backward_keep(g, m_keep) : std::vector<bool>(values.size(), true);
+        m_plan = make_plan(g, m_keep, optimize);
         // a task per step, waiting for the steps that write its inputs
         const auto& steps = m_plan.steps;
         m_tasks.successors.resize(steps.size());

@@ -21,7 +21,10 @@ struct RunOptions {
     int threads = 0;                      ///< 0: every core of the machine
     bool trace = false;                   ///< keep traced values (see trace_only) for a Trace
     std::vector<std::string> trace_only;  ///< name globs limiting the trace; empty: all
-    bool keep_all = false;                ///< keep every value (backward needs them)
+    bool keep_all = false;                ///< keep every value
+    /// keep what backward() reads: every value but the attention weights it recomputes
+    /// (engine/autodiff.hpp, backward_keep); traced values are kept whatever they are
+    bool keep_for_backward = false;
     bool check_finite = false;            ///< stop at the first node whose output is not finite
     bool optimize = true;  ///< fold unseen values away (engine/optimize.hpp); off with check_finite or patches
     /// Activation patching, by value id of a node output: the value is replaced by the given
@@ -77,10 +80,10 @@ public:
     RunResult run(const Graph& graph, const RunOptions& options = {});
     /// @brief The backward run of `graph` over `forward` (engine/autodiff.hpp, where it is
     /// defined, describes the arguments); `wrt` empty: every value.
-    /// `progress`: as BackwardOptions::progress.
+    /// `progress`, `fuse`: as BackwardOptions::progress, ::fuse.
     Gradients backward(const Graph& graph, const RunResult& forward,
                        const std::map<std::string, Tensor>& output_grads = {}, const std::vector<std::string>& wrt = {},
-                       const std::function<void(std::size_t, std::size_t)>& progress = {});
+                       const std::function<void(std::size_t, std::size_t)>& progress = {}, bool fuse = true);
 
     /// @brief Calls task(i) once for every task of `graph`, each after the tasks it waits
     /// for, on this executor's threads (ops' parallel_chunks inside a task use them too).

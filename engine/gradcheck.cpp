@@ -84,7 +84,7 @@ GradcheckResult gradcheck(const Graph& graph_in, const GradcheckOptions& options
     for (const auto& [name, g] : output_grads) grad_by_id[graph.at(name)] = &g.as<double>();
 
     RunOptions keep;
-    keep.keep_all = true;
+    keep.keep_for_backward = true;  // as `grad` runs it: attention weights recomputed
     Executor analytic(options.threads);
     const Gradients grads = analytic.backward(graph, analytic.run(graph, keep), output_grads, wrt);
 

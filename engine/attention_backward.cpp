@@ -1,0 +1,184 @@
+// The fused attention step's backward (engine/attention_kernel.hpp): FlashAttention-2's
+// backward over the forward's own query blocks, so that the n×m weights need not be kept.
+#include <algorithm>
+
+#include "engine/attention_kernel.hpp"
+#include "engine/gemm.hpp"
+#include "engine/parallel.hpp"
+#include "engine/softmax_kernel.hpp"
+
+namespace attngraph {
+
+namespace {
+
+// For each matrix of a broadcast operand (K or V), the query batches that read it, in order.
+std::vector<std::vector<std::size_t>> readers_of(const std::vector<std::size_t>& matrix_of, std::size_t matrices) {
+    std::vector<std::vector<std::size_t>> r(matrices);
+    for (std::size_t b = 0; b < matrix_of.size(); ++b) r[matrix_of[b]].push_back(b);
+    return r;
+}
+
+// Where each query batch adds its dK (or dV): its matrix itself for the first reader, its
+// own part (zeroed) for every other; after the batches, add_parts sums them in reader order.
+template <class T>
+class SharedGrad {
+public:
+    SharedGrad(T* grad, const std::vector<std::size_t>& matrix_of, std::size_t matrices, std::size_t size)
+        : m_grad(grad), m_size(size), m_readers(readers_of(matrix_of, matrices)), m_target(matrix_of.size(), nullptr) {
+        if (!grad) return;
+        std::size_t parts = 0;
+        for (const auto& r : m_readers) parts += r.empty() ? 0 : r.size() - 1;
+        m_parts.assign(parts * size, T(0));
+        std::size_t next = 0;
+        for (std::size_t j = 0; j < m_readers.size(); ++j)
+            for (std::size_t i = 0; i < m_readers[j].size(); ++i)
+                m_target[m_readers[j][i]] = i == 0 ? grad + j * size : m_parts.data() + (next++) * size;
+    }
+
+    T* target(std::size_t b) const { return m_target[b]; }
+
+    void add_parts() {
+        if (m_parts.empty()) return;
+        parallel_chunks(m_readers.size(), 1, [&](std::size_t j0, std::size_t j1) {
+            for (std::size_t j = j0; j < j1; ++j) {
+                T* g = m_grad + j * m_size;
+                for (std::size_t i = 1; i < m_readers[j].size(); ++i) {
+                    const T* p = m_target[m_readers[j][i]];
+                    for (std::size_t e = 0; e < m_size; ++e) g[e] += p[e];
+                }
+            }
+        });
+    }
+
+private:
+    T* m_grad;
+    std::size_t m_size;
+    std::vector<std::vector<std::size_t>> m_readers;
+    std::vector<T*> m_target;
+    std::vector<T> m_parts;
+};
+
+void add_into(float* to, const float* from, std::size_t count) {
+    for (std::size_t i = 0; i < count; ++i) to[i] += from[i];
+}
+void add_into(double* to, const double* from, std::size_t count) {
+    for (std::size_t i = 0; i < count; ++i) to[i] += from[i];
+}
+
+// in the forward pass this was, per query block: S_raw = Q_blk·Kᵀ, S = c · S_raw,
+// A = softmax(S), O_blk = A·V
+template <class T>
+void backward_blocks(const AttentionOperands<T>& op, const T* a_kept, const T* d_o, const AttentionGrads<T>& g) {
+    const std::size_t n = op.n, m = op.m, dk = op.dk, dv = op.dv;
+    const std::size_t blocks = (n + gemm_row_block - 1) / gemm_row_block;
+    SharedGrad<T> dk_of(g.dk, op.kb, op.k_batches, m * dk), dv_of(g.dv, op.vb, op.v_batches, m * dv);
+    const bool need_ds = g.dq || g.dk || g.ds_raw || g.ds || g.da;
+    // a batch per task: its query blocks add into its dK and dV in block order
+    parallel_chunks(op.batches, 1, [&](std::size_t b0, std::size_t b1) {
+        const std::size_t rows_max = std::min(n, gemm_row_block);
+        std::vector<T> a_block(a_kept ? 0 : rows_max * m), ds_block(need_ds ? rows_max * m : 0);
+        for (std::size_t b = b0; b < b1; ++b) {
+            const T* k = op.k + op.kb[b] * m * dk;
+            const T* v = op.v + op.vb[b] * m * dv;
+            T* dk_b = dk_of.target(b);
+            T* dv_b = dv_of.target(b);
+            for (std::size_t blk = 0; blk < blocks; ++blk) {
+                const std::size_t r0 = blk * gemm_row_block, rows = std::min(gemm_row_block, n - r0);
+                const std::size_t at = (b * n + r0) * m;
+                const T* q_blk = op.q + (b * n + r0) * dk;
+                const T* do_blk = d_o + (b * n + r0) * dv;
+                const T* a = a_kept ? a_kept + at : a_block.data();
+                if (!a_kept) op.weights(b, r0, rows, a_block.data());
+                // O_blk = A·V:  dV += Aᵀ·dO_blk (m, dv),  dA = dO_blk·Vᵀ (rows, m)
+                if (dv_b) gemm<T>(true, false, m, dv, rows, T(1), a, m, do_blk, dv, T(1), dv_b, dv);
+                if (!need_ds) continue;
+                T* ds = ds_block.data();
+                gemm<T>(false, true, rows, m, dv, T(1), do_blk, dv, v, dv, T(0), ds, m);  // dA, then dS, dS_raw in place
+                if (g.da) add_into(g.da + at, ds, rows * m);
+                // A = softmax(S):  dS = A ⊙ (dA − rowsum(dA ⊙ A)), as the Softmax op's backward
+                for (std::size_t r = 0; r < rows; ++r) {
+                    const T* ar = a + r * m;
+                    T* dr = ds + r * m;
+                    T dot = 0;
+                    for (std::size_t j = 0; j < m; ++j) dot += ar[j] * dr[j];
+                    for (std::size_t j = 0; j < m; ++j) dr[j] = ar[j] * (dr[j] - dot);
+                }
+                if (g.ds) add_into(g.ds + at, ds, rows * m);
+                // S = c · S_raw:  dS_raw = c · dS, as the Scale op's backward
+                if (op.scaled)
+                    for (std::size_t i = 0; i < rows * m; ++i) ds[i] = op.factor * ds[i];
+                if (g.ds_raw) add_into(g.ds_raw + at, ds, rows * m);
+                // S_raw = Q_blk·Kᵀ:  dQ_blk += dS_raw·K,  dK += dS_rawᵀ·Q_blk
+                if (g.dq) gemm<T>(false, false, rows, dk, m, T(1), ds, m, k, dk, T(1), g.dq + (b * n + r0) * dk, dk);
+                if (dk_b) gemm<T>(true, false, m, dk, rows, T(1), ds, m, q_blk, dk, T(1), dk_b, dk);
+            }
+        }
+    });
+    dk_of.add_parts();
+    dv_of.add_parts();
+}
+
+}  // namespace
+
+template <class T>
+void attention_backward(const AttentionOperands<T>& op, const T* a, const T* d_o, const AttentionGrads<T>& grads) {
+    backward_blocks<T>(op, a, d_o, grads);
+}
+
+template <class T>
+AttentionOperands<T> attention_operands(const Array<T>& q, const Array<T>& k, const Array<T>& v, T factor,
+                                        bool scaled) {
+    const Shape qs(q.shape().begin(), q.shape().end()), ks(k.shape().begin(), k.shape().end()),
+        vs(v.shape().begin(), v.shape().end());
+    AttentionOperands<T> op;
+    op.q = q.data();
+    op.k = k.data();
+    op.v = v.data();
+    op.n = qs.end()[-2];
+    op.dk = qs.back();
+    op.m = ks.end()[-2];
+    op.dv = vs.back();
+    const Shape qb(qs.begin(), qs.end() - 2), kbs(ks.begin(), ks.end() - 2), vbs(vs.begin(), vs.end() - 2);
+    op.batches = element_count(qb);
+    op.k_batches = element_count(kbs);
+    op.v_batches = element_count(vbs);
+    // matrix of a broadcast operand for each batch of Q (numpy broadcasting of the batch axes)
+    auto offsets = [&](const Shape& operand) {
+        std::vector<std::size_t> strides(qb.size(), 0), out(op.batches);
+        std::size_t stride = 1;
+        for (std::size_t i = operand.size(); i-- > 0;) {
+            strides[i + qb.size() - operand.size()] = operand[i] == 1 ? 0 : stride;
+            stride *= operand[i];
+        }
+        for (std::size_t flat = 0; flat < op.batches; ++flat) {
+            std::size_t rem = flat, off = 0;
+            for (std::size_t i = qb.size(); i-- > 0;) {
+                off += (rem % qb[i]) * strides[i];
+                rem /= qb[i];
+            }
+            out[flat] = off;
+        }
+        return out;
+    };
+    op.kb = offsets(kbs);
+    op.vb = offsets(vbs);
+    op.factor = factor;
+    op.scaled = scaled;
+    op.weights = [q = op.q, k = op.k, kb = op.kb, n = op.n, m = op.m, dk = op.dk, factor, scaled](
+                     std::size_t b, std::size_t r0, std::size_t rows, T* a) {
+        gemm<T>(false, true, rows, m, dk, T(1), q + (b * n + r0) * dk, dk, k + kb[b] * m * dk, dk, T(0), a, m);
+        softmax_rows<T>(a, a, rows, m, factor, scaled);
+    };
+    return op;
+}
+
+template void attention_backward<float>(const AttentionOperands<float>&, const float*, const float*,
+                                        const AttentionGrads<float>&);
+template void attention_backward<double>(const AttentionOperands<double>&, const double*, const double*,
+                                         const AttentionGrads<double>&);
+template AttentionOperands<float> attention_operands<float>(const Array<float>&, const Array<float>&,
+                                                            const Array<float>&, float, bool);
+template AttentionOperands<double> attention_operands<double>(const Array<double>&, const Array<double>&,
+                                                              const Array<double>&, double, bool);
+
+}  // namespace attngraph

@@ -1,0 +1,307 @@
+// The fused attention backward (engine/attention_backward.cpp) against a plain-loop f64
+// reference written here and the plain per-node backward; bit-identical at 1, 2, 4 and 8
+// threads; traced (A kept) and untraced (A recomputed) runs bit for bit; GQA and MQA
+// shapes; gradcheck in f64; and a forward for backward that keeps no n×m matrix.
+#include <boost/test/data/test_case.hpp>
+#include <boost/test/unit_test.hpp>
+
+#include <cmath>
+#include <cstring>
+
+#include "engine/autodiff.hpp"
+#include "engine/builder.hpp"
+#include "engine/executor.hpp"
+#include "engine/gradcheck.hpp"
+#include "graphs/mha.hpp"
+#include "ops/ops.hpp"
+
+using namespace attngraph;
+namespace bdata = boost::unit_test::data;
+
+namespace {
+
+// Q (batch..., n, dk), K (kbatch..., m, dk), V (vbatch..., m, dv); Y = A·V with
+// A = softmax(c · Q·Kᵀ) (c = 1/sqrt(dk), or no Scale node when !scaled), output Y.
+struct Case {
+    Shape q, k, v;
+    bool scaled = true;
+};
+
+double factor_of(const Case& c) {
+    return 1.0 / std::sqrt(static_cast<double>(c.q.back()));
+}
+
+Graph attention_graph(const Case& c, DType dtype) {
+    GraphBuilder g("attention", dtype);
+    Value q = g.input("Q", graphs::random_tensor(c.q, dtype, 1, 2.0));
+    Value k = g.input("K", graphs::random_tensor(c.k, dtype, 2, 2.0));
+    Value v = g.input("V", graphs::random_tensor(c.v, dtype, 3));
+    Value s = matmul(q, transpose(k)).named("S_raw");
+    if (c.scaled) s = scale(s, factor_of(c)).named("S");
+    Value a = softmax(s).named("A");
+    g.output(matmul(a, v).named("Y"));
+    return g.build();
+}
+
+Shape y_shape(const Case& c) {
+    Shape y(c.q.begin(), c.q.end() - 1);
+    y.push_back(c.v.back());
+    return y;
+}
+
+// dL/dQ, dL/dK, dL/dV of L = sum(G ⊙ Y) by plain loops in double: per batch of Q, with K's
+// and V's matrix chosen by numpy broadcasting of the batch axes.
+struct Reference {
+    std::vector<double> dq, dk, dv;
+};
+
+std::size_t matrix_of(std::size_t b, const Shape& qbatch, const Shape& obatch) {
+    std::size_t off = 0, stride = 1, rem = b;
+    std::vector<std::size_t> idx(qbatch.size());
+    for (std::size_t i = qbatch.size(); i-- > 0;) {
+        idx[i] = rem % qbatch[i];
+        rem /= qbatch[i];
+    }
+    for (std::size_t i = obatch.size(); i-- > 0;) {
+        const std::size_t qi = idx[i + qbatch.size() - obatch.size()];
+        off += (obatch[i] == 1 ? 0 : qi) * stride;
+        stride *= obatch[i];
+    }
+    return off;
+}
+
+Reference reference(const Case& c, const Tensor& qt, const Tensor& kt, const Tensor& vt, const Tensor& gt) {
+    const std::size_t n = c.q.end()[-2], dk = c.q.back(), m = c.k.end()[-2], dv = c.v.back();
+    const Shape qb(c.q.begin(), c.q.end() - 2), kb(c.k.begin(), c.k.end() - 2), vb(c.v.begin(), c.v.end() - 2);
+    const std::size_t batches = element_count(qb);
+    const double f = c.scaled ? factor_of(c) : 1.0;
+    Reference r;
+    r.dq.assign(qt.size(), 0.0);
+    r.dk.assign(kt.size(), 0.0);
+    r.dv.assign(vt.size(), 0.0);
+    for (std::size_t b = 0; b < batches; ++b) {
+        const std::size_t kj = matrix_of(b, qb, kb), vj = matrix_of(b, qb, vb);
+        auto Q = [&](std::size_t i, std::size_t d) { return qt.at_flat((b * n + i) * dk + d); };
+        auto K = [&](std::size_t j, std::size_t d) { return kt.at_flat((kj * m + j) * dk + d); };
+        auto V = [&](std::size_t j, std::size_t d) { return vt.at_flat((vj * m + j) * dv + d); };
+        auto G = [&](std::size_t i, std::size_t d) { return gt.at_flat((b * n + i) * dv + d); };
+        for (std::size_t i = 0; i < n; ++i) {
+            std::vector<double> s(m), a(m), da(m);
+            double mx = -INFINITY, sum = 0;
+            for (std::size_t j = 0; j < m; ++j) {
+                double dot = 0;
+                for (std::size_t d = 0; d < dk; ++d) dot += Q(i, d) * K(j, d);
+                s[j] = f * dot;
+                mx = std::max(mx, s[j]);
+            }
+            for (std::size_t j = 0; j < m; ++j) sum += a[j] = std::exp(s[j] - mx);
+            double rowdot = 0;
+            for (std::size_t j = 0; j < m; ++j) {
+                a[j] /= sum;
+                double d_a = 0;
+                for (std::size_t d = 0; d < dv; ++d) {
+                    d_a += G(i, d) * V(j, d);
+                    r.dv[(vj * m + j) * dv + d] += a[j] * G(i, d);
+                }
+                da[j] = d_a;
+                rowdot += a[j] * d_a;
+            }
+            for (std::size_t j = 0; j < m; ++j) {
+                const double ds = f * a[j] * (da[j] - rowdot);
+                for (std::size_t d = 0; d < dk; ++d) {
+                    r.dq[(b * n + i) * dk + d] += ds * K(j, d);
+                    r.dk[(kj * m + j) * dk + d] += ds * Q(i, d);
+                }
+            }
+        }
+    }
+    return r;
+}
+
+// Largest |got - want| / max|want|: the error relative to the gradient's scale.
+double rel_error(const Tensor& got, const std::vector<double>& want) {
+    double err = 0, scale = 0;
+    for (std::size_t i = 0; i < want.size(); ++i) {
+        err = std::max(err, std::abs(got.at_flat(i) - want[i]));
+        scale = std::max(scale, std::abs(want[i]));
+    }
+    return err / scale;
+}
+
+bool same_bits(const Tensor& a, const Tensor& b) {
+    if (a.shape() != b.shape() || a.dtype() != b.dtype()) return false;
+    const std::size_t bytes = a.size() * (a.dtype() == DType::f32 ? 4 : 8);
+    const void* pa = a.dtype() == DType::f32 ? static_cast<const void*>(a.as<float>().data())
+                                             : static_cast<const void*>(a.as<double>().data());
+    const void* pb = b.dtype() == DType::f32 ? static_cast<const void*>(b.as<float>().data())
+                                             : static_cast<const void*>(b.as<double>().data());
+    return std::memcmp(pa, pb, bytes) == 0;
+}
+
+struct Run {
+    RunResult forward;
+    Gradients grads;
+};
+
+enum class Mode { untraced, traced, plain };
+
+Run run_backward(const Graph& g, const Case& c, Mode mode, int threads, std::vector<std::string> wrt = {"Q", "K", "V"}) {
+    Executor ex(threads);
+    RunOptions o;
+    o.keep_for_backward = mode == Mode::untraced;
+    o.keep_all = mode != Mode::untraced;
+    Run r{ex.run(g, o), {}};
+    const Tensor grad_y = graphs::random_tensor(y_shape(c), g.dtype(), 4);
+    r.grads = ex.backward(g, r.forward, {{"Y", grad_y}}, wrt, {}, mode != Mode::plain);
+    return r;
+}
+
+// MHA (one head and batched), a Q batch larger than one GEMM row block with a ragged last
+// block, K/V shared across heads (GQA: batch 2, 2 groups of 2 query heads on one key head
+// each; MQA: one key head broadcast over batch and heads), cross-attention (m != n, dv != dk), no Scale node.
+const std::vector<Case> cases = {
+    {{5, 4}, {5, 4}, {5, 4}, true},
+    {{2, 3, 200, 16}, {2, 3, 200, 16}, {2, 3, 200, 16}, true},
+    {{2, 2, 2, 150, 8}, {2, 2, 1, 150, 8}, {2, 2, 1, 150, 8}, true},
+    {{2, 3, 130, 8}, {1, 1, 130, 8}, {1, 1, 130, 8}, true},
+    {{3, 70, 12}, {3, 300, 12}, {3, 300, 20}, true},
+    {{2, 140, 8}, {2, 140, 8}, {2, 140, 8}, false},
+};
+
+}  // namespace
+
+BOOST_DATA_TEST_CASE(fused_backward_matches_a_plain_loop_reference, bdata::xrange(cases.size()), ci) {
+    const Case& c = cases[ci];
+    const Graph g = attention_graph(c, DType::f32);
+    const Run fused = run_backward(g, c, Mode::untraced, 2);
+    const Run plain = run_backward(g, c, Mode::plain, 2);
+    const auto& in = g.values();
+    auto data = [&](const std::string& name) { return in[static_cast<std::size_t>(g.at(name))].data->cast(DType::f64); };
+    const Tensor grad_y = graphs::random_tensor(y_shape(c), DType::f32, 4).cast(DType::f64);
+    const Reference ref = reference(c, data("Q"), data("K"), data("V"), grad_y);
+    BOOST_TEST(rel_error(fused.grads.at("Q"), ref.dq) <= 2e-5);
+    BOOST_TEST(rel_error(fused.grads.at("K"), ref.dk) <= 2e-5);
+    BOOST_TEST(rel_error(fused.grads.at("V"), ref.dv) <= 2e-5);
+    // the plain per-node backward is as close (and so within 2e-5 of the fused one's scale)
+    BOOST_TEST(rel_error(plain.grads.at("Q"), ref.dq) <= 2e-5);
+    BOOST_TEST(rel_error(plain.grads.at("K"), ref.dk) <= 2e-5);
+    BOOST_TEST(rel_error(plain.grads.at("V"), ref.dv) <= 2e-5);
+    // the untraced forward kept none of S_raw, S, A, KT
+    for (const char* name : {"S_raw", "A"}) BOOST_TEST(!fused.forward.values[static_cast<std::size_t>(g.at(name))]);
+}
+
+BOOST_DATA_TEST_CASE(fused_backward_bit_identical_for_any_thread_count,
+                     bdata::xrange(cases.size()) * bdata::make({0, 1}), ci, f64) {
+    const Case& c = cases[ci];
+    const Graph g = attention_graph(c, f64 ? DType::f64 : DType::f32);
+    const Run one = run_backward(g, c, Mode::untraced, 1);
+    for (int threads : {2, 4, 8}) {
+        const Run many = run_backward(g, c, Mode::untraced, threads);
+        for (const char* name : {"Q", "K", "V"}) BOOST_TEST_CONTEXT(name << " at " << threads << " threads") {
+                BOOST_TEST(same_bits(one.grads.at(name), many.grads.at(name)));
+            }
+    }
+}
+
+BOOST_DATA_TEST_CASE(traced_and_untraced_backward_agree_bitwise, bdata::xrange(cases.size()) * bdata::make({1, 4}),
+                     ci, threads) {
+    // traced: A (and S_raw, S, KT) kept and read; untraced: A recomputed with the forward's kernel
+    const Case& c = cases[ci];
+    const Graph g = attention_graph(c, DType::f32);
+    const Run untraced = run_backward(g, c, Mode::untraced, threads);
+    std::vector<std::string> every;  // what `grad --trace` asks for: every value
+    const Run traced = run_backward(g, c, Mode::traced, threads, every);
+    BOOST_TEST(!untraced.forward.values[static_cast<std::size_t>(g.at("A"))]);
+    BOOST_TEST(traced.forward.values[static_cast<std::size_t>(g.at("A"))]);
+    for (const char* name : {"Q", "K", "V"}) BOOST_TEST_CONTEXT(name) {
+            BOOST_TEST(same_bits(untraced.grads.at(name), traced.grads.at(name)));
+        }
+    BOOST_TEST(same_bits(untraced.forward.at(g, "Y"), traced.forward.at(g, "Y")));
+}
+
+BOOST_AUTO_TEST_CASE(traced_intermediate_gradients_match_the_plain_backward) {
+    // with every value requested, the fused step writes dA, dS, dS_raw and dKT too
+    const Case c{{2, 150, 8}, {2, 150, 8}, {2, 150, 8}, true};
+    const Graph g = attention_graph(c, DType::f64);
+    std::vector<std::string> every;
+    const Run fused = run_backward(g, c, Mode::traced, 2, every);
+    const Run plain = run_backward(g, c, Mode::plain, 2, every);
+    for (const auto& v : g.values()) BOOST_TEST_CONTEXT(v.name) {
+            const Tensor& want = plain.grads.at(v.name);
+            std::vector<double> w(want.size());
+            for (std::size_t i = 0; i < w.size(); ++i) w[i] = want.at_flat(i);
+            BOOST_TEST(rel_error(fused.grads.at(v.name), w) <= 1e-12);
+        }
+}
+
+BOOST_DATA_TEST_CASE(fused_backward_gradchecks_in_f64, bdata::xrange(cases.size()), ci) {
+    Case c = cases[ci];
+    for (Shape* s : {&c.q, &c.k, &c.v}) s->end()[-2] = std::min<std::size_t>(s->end()[-2], 6);  // small n, m
+    const Graph g = attention_graph(c, DType::f64);
+    GradcheckOptions o;  // gradcheck runs backward() with its defaults: fused
+    const GradcheckResult r = gradcheck(g, o);
+    BOOST_TEST(r.max_rel_error <= 1e-6, r.report());
+}
+
+BOOST_AUTO_TEST_CASE(only_the_gradients_asked_for_are_computed) {
+    // dV alone needs no dS; dQ alone no dV
+    const Case c{{2, 140, 8}, {2, 140, 8}, {2, 140, 8}, true};
+    const Graph g = attention_graph(c, DType::f32);
+    const Run all = run_backward(g, c, Mode::untraced, 2);
+    const Run v_only = run_backward(g, c, Mode::untraced, 2, {"V"});
+    const Run q_only = run_backward(g, c, Mode::untraced, 2, {"Q"});
+    BOOST_TEST(same_bits(all.grads.at("V"), v_only.grads.at("V")));
+    BOOST_TEST(same_bits(all.grads.at("Q"), q_only.grads.at("Q")));
+    BOOST_TEST(!v_only.grads.contains("Q"));
+}
+
+BOOST_AUTO_TEST_CASE(mha_graph_forward_for_backward_keeps_no_scores) {
+    // the per-head graph (Linear projections, Scale, Concat): the forward for backward keeps
+    // every value but each head's KT, S_raw, S, A; the gradients match a keep_all run's
+    graphs::MhaConfig cfg;
+    cfg.seq = 160;
+    cfg.d_model = 32;
+    cfg.heads = 4;
+    const Graph g = graphs::build_mha(cfg);
+    Executor ex(2);
+    RunOptions lean, all;
+    lean.keep_for_backward = true;
+    all.keep_all = true;
+    const RunResult fl = ex.run(g, lean), fa = ex.run(g, all);
+    std::size_t dropped = 0;
+    for (std::size_t v = 0; v < g.values().size(); ++v) {
+        const std::string& name = g.values()[v].name;
+        const bool score = name.ends_with(".S_raw") || name.ends_with(".S") || name.ends_with(".A") ||
+                           name.ends_with(".KT");
+        BOOST_TEST_CONTEXT(name) { BOOST_TEST(!fl.values[v] == score); }
+        dropped += score;
+    }
+    BOOST_TEST(dropped == 16u);
+    const Gradients gl = ex.backward(g, fl), ga = ex.backward(g, fa);
+    for (const auto& v : g.values())
+        if (v.data) BOOST_TEST_CONTEXT(v.name) { BOOST_TEST(same_bits(gl.at(v.name), ga.at(v.name))); }
+}
+
+BOOST_AUTO_TEST_CASE(mha_graph_fused_backward_matches_the_per_node_backward) {
+    // projections grouped (one wide dX GEMM), attention fused and recomputed, against the
+    // plain per-node backward over a keep_all forward (f32, relative to each gradient's scale)
+    graphs::MhaConfig cfg;
+    cfg.seq = 150;
+    cfg.d_model = 48;
+    cfg.heads = 3;
+    const Graph g = graphs::build_mha(cfg);
+    Executor ex(2);
+    RunOptions lean, all;
+    lean.keep_for_backward = true;
+    all.keep_all = true;
+    const Gradients fused = ex.backward(g, ex.run(g, lean));
+    const Gradients plain = ex.backward(g, ex.run(g, all), {}, {}, {}, /*fuse=*/false);
+    for (const auto& v : g.values())
+        // (dL/dbk is 0 but for rounding: a bias on every key shifts a row's scores alike)
+        if (v.data && !v.name.ends_with(".bk")) BOOST_TEST_CONTEXT(v.name) {
+                const Tensor& want = plain.at(v.name);
+                std::vector<double> w(want.size());
+                for (std::size_t i = 0; i < w.size(); ++i) w[i] = want.at_flat(i);
+                BOOST_TEST(rel_error(fused.at(v.name), w) <= 2e-5);
+            }
+}
