@@ -728,7 +728,7 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
         define(out0, name, s, et);
         return;
     }
-    if (op == "Neg" || op == "Exp" || op == "Log" || op == "Tanh" || op == "Sqrt" || op == "Sin" || op == "Cos") {
+    if (op == "Neg" || op == "Exp" || op == "Log" || op == "Tanh" || op == "Erf" || op == "Sqrt" || op == "Sin" || op == "Cos") {
         check_attrs({});
         const std::string name = out_name(0);
         emit(op, name, {arg(0).name});

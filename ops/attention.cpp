@@ -178,4 +178,21 @@ AttentionOutputs attention(const std::string& name, const AttentionInputs& in, c
     return out;
 }
 
+namespace ops {
+
+Value expand_attention(const std::string& name, const std::vector<Value>& in, const AttentionAttrs& attrs) {
+    // by count: Q K V [attn_mask] [past_key past_value] (past_key and past_value come together)
+    AttentionInputs inputs{in.at(0), in.at(1), in.at(2), {}, {}, {}};
+    if (in.size() == 4 || in.size() == 6) inputs.attn_mask = in[3];
+    if (in.size() >= 5) inputs.past_key = in[in.size() - 2], inputs.past_value = in[in.size() - 1];
+    return attention(name, inputs, attrs).y;
+}
+
+}  // namespace ops
+
+// The op table (engine/op.cpp) takes the expansion's address without seeing GraphBuilder:
+// instantiated here, where it is complete.
+template Value expand_node<ops::Attention>(GraphBuilder&, const NodeAttrs&, const std::vector<Value>&,
+                                           const std::string&);
+
 }  // namespace attngraph

@@ -1,22 +1,16 @@
 #pragma once
-// The Attention composite (ONNX opset 23): see ops/attention.cpp for the nodes it adds.
+// The Attention composite (ONNX opset 23) as a C++ builder function with named inputs and every
+// output; see ops/attention.cpp for the nodes it adds, ops/attention_op.hpp for the op type that
+// graph files name "Attention".
 #include <optional>
 #include <string>
 
 #include "engine/builder.hpp"
+#include "ops/attention_op.hpp"
 
 namespace attngraph {
 
-/// @brief Attributes of Attention, as ONNX names them, plus `mask_type` (attn_mask arrives
-/// as floats: "additive" adds it, -inf drops; "boolean": nonzero keeps, zero drops).
-struct AttentionAttrs {
-    std::optional<double> scale;                   ///< default 1/√d_k
-    int is_causal = 0;                             ///< query i sees keys j ≤ i + past
-    double softcap = 0;                            ///< > 0: scores → softcap · tanh(scores / softcap)
-    std::optional<int> q_num_heads, kv_num_heads;  ///< needed for 3-D inputs
-    int qk_matmul_output_mode = 0;                 ///< 0 S, 1 S_capped, 2 S_masked, 3 A
-    std::string mask_type = "additive";
-};
+using ops::AttentionAttrs;  // ops/attention_op.hpp: the op type and its attributes
 
 /// @brief The inputs; an absent optional input is a default-constructed Value.
 struct AttentionInputs {

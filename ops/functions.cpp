@@ -131,6 +131,11 @@ Value tanh(const Value& x) {
     return x.builder().node<ops::Tanh>({x}, ops::TanhAttrs{});
 }
 
+// ops/erf.hpp
+Value erf(const Value& x) {
+    return x.builder().node<ops::Erf>({x}, ops::ErfAttrs{});
+}
+
 // ops/sqrt.hpp
 Value sqrt(const Value& x) {
     return x.builder().node<ops::Sqrt>({x}, ops::SqrtAttrs{});

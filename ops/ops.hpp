@@ -58,10 +58,12 @@
 
 #include "ops/add.hpp"
 #include "ops/alibi.hpp"
+#include "ops/attention_op.hpp"
 #include "ops/concat.hpp"
 #include "ops/cos.hpp"
 #include "ops/div.hpp"
 #include "ops/equal.hpp"
+#include "ops/erf.hpp"
 #include "ops/exp.hpp"
 #include "ops/expand.hpp"
 #include "ops/gather.hpp"
@@ -99,9 +101,9 @@ namespace attngraph::ops {
 /// @brief Every built-in op, once. The order is the order `attngraph` lists ops in.
 inline constexpr auto builtin_ops =
     boost::hana::tuple_t<Linear, Transpose, MatMul, Scale, Softmax, Concat, Add, Mask, Slice, Split, Reshape, Permute,
-                         Alibi, Neg, Exp, Log, Tanh, Sqrt, Pow, Sin, Cos, Mul, Sub, Div, Where, Equal, Less, Greater,
+                         Alibi, Neg, Exp, Log, Tanh, Erf, Sqrt, Pow, Sin, Cos, Mul, Sub, Div, Where, Equal, Less, Greater,
                          ReduceSum, ReduceMean, ReduceMax, Expand, Gather, Range, RMSNormalization, LayerNormalization,
-                         RotaryEmbedding>;
+                         RotaryEmbedding, Attention>;
 
 }  // namespace attngraph::ops
 
@@ -153,12 +155,13 @@ Value permute(const Value& x, std::vector<int> perm);
 
 // ---- elementwise (numpy broadcasting for the binary ones) ---------------------------------
 // The C library's functions of the same names stay usable unqualified in this namespace:
-using std::cos, std::div, std::exp, std::log, std::pow, std::sin, std::sqrt, std::tanh;
-/// -x, e^x, ln x, tanh x, √x, x^exponent, sin x, cos x.
+using std::cos, std::div, std::erf, std::exp, std::log, std::pow, std::sin, std::sqrt, std::tanh;
+/// -x, e^x, ln x, tanh x, erf x, √x, x^exponent, sin x, cos x.
 Value neg(const Value& x);
 Value exp(const Value& x);
 Value log(const Value& x);
 Value tanh(const Value& x);
+Value erf(const Value& x);
 Value sqrt(const Value& x);
 Value pow(const Value& x, double exponent);
 Value sin(const Value& x);

@@ -72,3 +72,21 @@ BOOST_AUTO_TEST_CASE(hand_written_causal_attention_runs_with_pytorchs_output_and
     BOOST_TEST(max_abs_diff(a, a_torch.cast(a.dtype())) <= 1e-5);
     BOOST_TEST(a.at_flat(1) == 0.0);  // query 0 sees key 0 only
 }
+
+BOOST_AUTO_TEST_CASE(bert_style_layer_with_gelu_runs_with_pytorchs_output) {
+    // torch writes the exact GELU as x·½(1 + Erf(x/√2)) and LayerNorm as LayerNormalization
+    // (opset 17): both must map onto attngraph ops, and the padded keys get no weight
+    Exported ex;
+    const CliResult r = run_cli("run bert.onnx --input x=bert_x.npy --trace t", ex.tmp.path);
+    BOOST_TEST_REQUIRE(r.code == 0, r.err);
+    const Tensor y = load_npy(ex.tmp.path / "t" / "Y.npy"), want = load_npy(ex.tmp.path / "bert_y.npy");
+    BOOST_TEST(max_abs_diff(y, want.cast(y.dtype())) <= 1e-5);
+    BOOST_TEST(entries_of(ex.tmp.path / "t", "Erf").size() == 1u);
+    BOOST_TEST(entries_of(ex.tmp.path / "t", "LayerNormalization").size() == 2u);
+    const auto softmax = entries_of(ex.tmp.path / "t", "Softmax");
+    BOOST_TEST_REQUIRE(softmax.size() == 1u);
+    const Tensor a = load_npy(ex.tmp.path / "t" / softmax[0]["file"].get<std::string>());
+    BOOST_TEST_REQUIRE(a.size() == 2u * 2 * 7 * 7);
+    for (std::size_t row = 0; row < a.size() / 7; ++row)  // keys 5 and 6 are padding
+        BOOST_TEST(a.at_flat(row * 7 + 5) + a.at_flat(row * 7 + 6) <= 1e-6);
+}

@@ -1,7 +1,8 @@
 // Attention (composite, ONNX opset 23): ONNX's own v1.22 conformance data
 // (tests/data/onnx_attention/*.json, converted from onnx-node-tests by convert.py there) run
 // through attention(); the nodes it adds, in ONNX's order; a plain-loop reference for GQA with
-// a past and a boolean causal mask; gradients through every intermediate; bad inputs.
+// a past and a boolean causal mask; gradients through every intermediate; bad inputs; the
+// same conformance cases as graph files with one `Attention` node.
 #include <boost/test/data/test_case.hpp>
 #include <boost/test/unit_test.hpp>
 
@@ -11,6 +12,8 @@
 #include "engine/error.hpp"
 #include "engine/executor.hpp"
 #include "engine/gradcheck.hpp"
+#include "engine/graph_file.hpp"
+#include "engine/npy.hpp"
 #include "graphs/mha.hpp"
 #include "ops/attention.hpp"
 #include "support/helpers.hpp"
@@ -322,4 +325,57 @@ BOOST_AUTO_TEST_CASE(bad_inputs_name_node_op_and_shapes) {
         {"past_key (2x2x4x7)"});
     expect_error([](GraphBuilder&, AttentionInputs&, AttentionAttrs& a) { a.qk_matmul_output_mode = 4; },
                  {"qk_matmul_output_mode 4"});
+}
+
+// The same cases as graph files with one `Attention` node (ops/attention_op.hpp): inputs in
+// ONNX's order, the optional ones told apart by their count; "attn" stands for Y, and the
+// expansion's nodes (attn.present_key, ...) are outputs by name.
+BOOST_DATA_TEST_CASE(onnx_conformance_cases_as_graph_files, bdata::make(conformance_cases()), name) {
+    const auto doc =
+        nlohmann::json::parse(test::slurp(test::source_dir() / "tests" / "data" / "onnx_attention" / (name + ".json")));
+    test::TempDir dir;
+    nlohmann::json g = {{"name", name}, {"dtype", "f64"}, {"tensors", nlohmann::json::object()}};
+    std::vector<std::string> inputs;
+    for (const char* slot : {"Q", "K", "V", "attn_mask", "past_key", "past_value"}) {
+        if (!doc["inputs"].contains(slot)) continue;
+        save_npy(dir.path / (std::string(slot) + ".npy"), tensor_of(doc["inputs"][slot], DType::f64));
+        g["tensors"][slot] = {{"kind", "input"}, {"npy", std::string(slot) + ".npy"}};
+        inputs.push_back(slot);
+    }
+    nlohmann::json attrs = nlohmann::json::object();
+    for (const char* a : {"scale", "is_causal", "softcap", "q_num_heads", "kv_num_heads", "qk_matmul_output_mode"})
+        if (doc["attrs"].contains(a)) attrs[a] = doc["attrs"][a];
+    if (doc["inputs"].contains("attn_mask") && doc["inputs"]["attn_mask"]["boolean"].template get<bool>())
+        attrs["mask_type"] = "boolean";
+    g["nodes"] = {{{"name", "attn"}, {"op", "Attention"}, {"inputs", inputs}, {"attrs", attrs}}};
+    std::vector<std::string> outputs = {"attn"};
+    if (doc["outputs"].contains("present_key")) outputs.push_back("attn.present_key");
+    g["outputs"] = outputs;
+    std::ofstream(dir.path / "g.json") << g.dump();
+
+    const Graph graph = load_graph(dir.path / "g.json");
+    const RunResult r = run(graph, RunOptions{});
+    const Tensor want_y = tensor_of(doc["outputs"]["Y"], DType::f64);
+    // "attn" names Y while the graph is built; the built graph names the value by its node
+    const std::string y_name = graph.value(graph.outputs().at(0)).name;
+    BOOST_TEST((y_name == "attn.O" || y_name == "attn.Y"), y_name);
+    const Tensor& y = r.at(graph, y_name);
+    BOOST_TEST((y.shape() == want_y.shape()));
+    BOOST_TEST(test::max_abs_diff(y, want_y) <= 2e-6);
+    if (doc["outputs"].contains("present_key"))
+        BOOST_TEST(test::max_abs_diff(r.at(graph, "attn.present_key"),
+                                      tensor_of(doc["outputs"]["present_key"], DType::f64)) <= 2e-6);
+}
+
+BOOST_AUTO_TEST_CASE(graph_file_attention_refuses_bad_input_counts) {
+    test::TempDir dir;
+    const nlohmann::json x = {{"kind", "input"}, {"shape", {1, 1, 2, 2}}, {"data", {{{{1, 0}, {0, 1}}}}}};
+    const nlohmann::json g = {{"name", "two"},
+                              {"tensors", {{"Q", x}, {"K", x}}},
+                              {"nodes", {{{"name", "attn"}, {"op", "Attention"}, {"inputs", {"Q", "K"}}}}}};
+    std::ofstream(dir.path / "g.json") << g.dump();
+    BOOST_CHECK_EXCEPTION(load_graph(dir.path / "g.json"), GraphError, [](const GraphError& e) {
+        const std::string m = e.what();
+        return m.find("'attn' (Attention)") != std::string::npos && m.find("got 2") != std::string::npos;
+    });
 }
