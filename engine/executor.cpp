@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <list>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -104,59 +105,285 @@ private:
     std::exception_ptr m_error;
 };
 
+}  // namespace
+
+// ---- the run plans of a graph, made once ---------------------------------------------------
+// What a run needs that depends only on the graph and on what the run keeps (the plan, its
+// task graph, the kept set, the read counts) is made on the first run with those options
+// and kept in the graph's RunCache (Graph::run_cache). That is correct because a Graph is
+// immutable: its nodes, shapes and dtype never change after it is built, and a copy, which
+// may change them (with_tensors, with_dtype), starts with a cache of its own (RunCacheSlot),
+// unless with_tensors left every shape as it was. Nothing cached reads a tensor's data: the
+// plan looks at ops, attributes and shapes only, and a run takes the graph's tensors from the
+// graph it is given.
+//
+// The cache also keeps the buffers of the values a run computes and nobody sees (RunArena),
+// so that the next run writes into them instead of allocating them again. An arena serves
+// one run at a time: a run takes one from the cache (or makes one) and gives it back when it
+// has finished, so concurrent runs of one graph, from any threads and executors, never
+// share one. Values a run hands to its caller (outputs, traced values) are never arena
+// memory: they are allocated by the run and moved into the RunResult.
+
+namespace detail {
+
+// The RunOptions that decide the plan, in a canonical form (keep_all makes the globs moot).
+struct PlanKey {
+    bool keep_all = false;
+    bool trace = false;
+    std::vector<std::string> trace_only;
+    bool optimize = true;
+    bool keep_for_backward = false;  // also what a backward reads (engine/autodiff.hpp)
+    bool operator==(const PlanKey&) const = default;
+};
+
+bool patched(const RunOptions& o) {
+    return !o.patches.empty() || !o.hooks.empty();
+}
+
+PlanKey plan_key(const RunOptions& o) {
+    PlanKey k;
+    k.keep_all = o.keep_all;
+    k.trace = !o.keep_all && o.trace;
+    if (k.trace) k.trace_only = o.trace_only;
+    k.optimize = o.optimize && !o.check_finite && !patched(o);
+    k.keep_for_backward = !o.keep_all && o.keep_for_backward;
+    return k;
+}
+
+// A run's plan and everything derived from it.
+struct RunPlan {
+    std::vector<bool> keep;   // value id -> kept (seen by the caller)
+    std::vector<int> kept;    // the kept value ids
+    Plan plan;
+    TaskGraph tasks;          // a task per step, waiting for the steps that write its inputs
+    std::vector<int> uses;    // value id -> steps reading it
+    std::vector<int> tensors; // the values that are graph tensors
+    std::size_t nodes_total = 0;
+    // The values an arena holds: written by a step and not kept. Empty when they would need
+    // more than run_arena_max_bytes together: such a run allocates each value when its step
+    // runs and frees it after its last reader, so it needs only the values alive at once.
+    std::vector<int> arena_values;
+    std::vector<bool> in_arena;  // value id -> one of arena_values
+    std::size_t arena_bytes = 0;
+
+    RunPlan(const Graph& g, const PlanKey& key) {
+        const auto& values = g.values();
+        const auto& nodes = g.nodes();
+        keep.resize(values.size(), false);
+        for (std::size_t id = 0; id < values.size(); ++id) {
+            keep[id] = key.keep_all || (key.trace && matches_any(values[id].name, key.trace_only));
+            if (values[id].data) tensors.push_back(static_cast<int>(id));
+        }
+        for (int id : g.outputs()) keep[static_cast<std::size_t>(id)] = true;
+        if (key.keep_for_backward)  // unfused, the backward reads every value
+            keep = key.optimize ? backward_keep(g, keep) : std::vector<bool>(values.size(), true);
+        for (std::size_t id = 0; id < values.size(); ++id)
+            if (keep[id]) kept.push_back(static_cast<int>(id));
+        plan = make_plan(g, keep, key.optimize);
+        const auto& steps = plan.steps;
+        tasks.successors.resize(steps.size());
+        uses.resize(values.size(), 0);
+        std::vector<int> step_of(values.size(), -1);  // value id -> the step writing it
+        for (std::size_t i = 0; i < steps.size(); ++i) {
+            for (int id : steps[i].inputs) {
+                ++uses[static_cast<std::size_t>(id)];
+                const int producer = step_of[static_cast<std::size_t>(id)];
+                if (producer >= 0) tasks.successors[static_cast<std::size_t>(producer)].push_back(i);
+            }
+            for (int id : steps[i].outputs) step_of[static_cast<std::size_t>(id)] = static_cast<int>(i);
+        }
+        for (const Node& node : nodes)
+            for (int id : node.outputs) tasks.work += element_count(values[static_cast<std::size_t>(id)].shape);
+        const std::size_t word = g.dtype() == DType::f32 ? sizeof(float) : sizeof(double);
+        for (const Step& step : steps) {
+            nodes_total += 1 + step.folded.size();
+            for (int id : step.outputs) {
+                const auto u = static_cast<std::size_t>(id);
+                if (keep[u]) continue;
+                arena_values.push_back(id);
+                arena_bytes += element_count(values[u].shape) * word;
+            }
+        }
+        if (arena_bytes > run_arena_max_bytes) {
+            arena_values.clear();
+            arena_bytes = 0;
+        }
+        in_arena.resize(values.size(), false);
+        for (int id : arena_values) in_arena[static_cast<std::size_t>(id)] = true;
+    }
+};
+
+// Buffers that live across runs of one plan: by value id, the arena values already shaped
+// (the others empty), and the table of value pointers a run fills.
+struct RunArena {
+    virtual ~RunArena() = default;
+};
+
+template <class T>
+struct TypedArena : RunArena {
+    std::vector<Array<T>> owned;
+    std::vector<const Array<T>*> ptr;
+
+    // `values` already shaped (a plan's arena_values), the others empty
+    TypedArena(const Graph& g, const std::vector<int>& values)
+        : owned(g.values().size()), ptr(g.values().size(), nullptr) {
+        for (int id : values) {
+            const auto u = static_cast<std::size_t>(id);
+            owned[u] = Array<T>::from_shape(g.values()[u].shape);
+            ptr[u] = &owned[u];
+        }
+    }
+};
+
+}  // namespace detail
+
+using detail::PlanKey, detail::RunPlan, detail::RunArena, detail::TypedArena;
+
+class RunCache {
+public:
+    // Bounds: the plans of at most max_plans kept sets (the least recently used goes), and
+    // at most max_idle_arenas arenas waiting for a run, over all the plans (so a graph keeps
+    // at most max_idle_arenas x run_arena_max_bytes of buffers between runs).
+    static constexpr std::size_t max_plans = 8;
+    static constexpr std::size_t max_idle_arenas = 4;
+
+    // The plan for `key`, made now when the cache has none.
+    std::shared_ptr<const RunPlan> plan(const Graph& g, const PlanKey& key) {
+        {
+            std::lock_guard<std::mutex> lock(m_mutex);
+            for (auto it = m_entries.begin(); it != m_entries.end(); ++it)
+                if (it->key == key) {
+                    m_entries.splice(m_entries.begin(), m_entries, it);
+                    return it->plan;
+                }
+        }
+        // made outside the lock (two threads may both make it; the second finds the first's)
+        auto made = std::make_shared<const RunPlan>(g, key);
+        std::lock_guard<std::mutex> lock(m_mutex);
+        for (auto it = m_entries.begin(); it != m_entries.end(); ++it)
+            if (it->key == key) return it->plan;
+        ++m_stats.plans_made;
+        m_entries.push_front(Entry{key, made, {}});
+        if (m_entries.size() > max_plans) {
+            m_idle -= m_entries.back().idle.size();
+            m_entries.pop_back();
+        }
+        return made;
+    }
+
+    // An arena of `plan` for one run: a waiting one, or a new one.
+    template <class T>
+    std::unique_ptr<TypedArena<T>> take_arena(const Graph& g, const std::shared_ptr<const RunPlan>& plan) {
+        {
+            std::lock_guard<std::mutex> lock(m_mutex);
+            if (Entry* e = find(plan); e && !e->idle.empty()) {
+                std::unique_ptr<RunArena> a = std::move(e->idle.back());
+                e->idle.pop_back();
+                --m_idle;
+                return std::unique_ptr<TypedArena<T>>(static_cast<TypedArena<T>*>(a.release()));
+            }
+            ++m_stats.arenas_made;
+        }
+        return std::make_unique<TypedArena<T>>(g, plan->arena_values);
+    }
+
+    // Gives an arena back after its run (freed when its plan left the cache or enough wait).
+    void give_back(const std::shared_ptr<const RunPlan>& plan, std::unique_ptr<RunArena> arena) {
+        std::lock_guard<std::mutex> lock(m_mutex);
+        Entry* e = find(plan);
+        if (!e || m_idle >= max_idle_arenas) return;
+        e->idle.push_back(std::move(arena));
+        ++m_idle;
+    }
+
+    RunCacheStats stats() {
+        std::lock_guard<std::mutex> lock(m_mutex);
+        RunCacheStats s = m_stats;
+        s.plans = m_entries.size();
+        s.idle_arenas = m_idle;
+        return s;
+    }
+
+private:
+    struct Entry {
+        PlanKey key;
+        std::shared_ptr<const RunPlan> plan;
+        std::vector<std::unique_ptr<RunArena>> idle;
+    };
+    Entry* find(const std::shared_ptr<const RunPlan>& plan) {
+        for (Entry& e : m_entries)
+            if (e.plan == plan) return &e;
+        return nullptr;
+    }
+
+    std::mutex m_mutex;
+    std::list<Entry> m_entries;  // most recently used first
+    std::size_t m_idle = 0;
+    RunCacheStats m_stats;
+};
+
+RunCacheSlot::RunCacheSlot() : m_cache(std::make_shared<RunCache>()) {}
+RunCacheSlot::RunCacheSlot(const RunCacheSlot&) : RunCacheSlot() {}
+RunCacheSlot& RunCacheSlot::operator=(const RunCacheSlot& other) {
+    if (this != &other) m_cache = std::make_shared<RunCache>();
+    return *this;
+}
+RunCacheSlot::~RunCacheSlot() = default;
+
+RunCacheStats run_cache_stats(const Graph& graph) {
+    return graph.run_cache().stats();
+}
+
+namespace {
+
+// Up to N pointers on the stack (a step's operands), more on the heap.
+template <class P, std::size_t N = 8>
+class PointerList {
+public:
+    explicit PointerList(std::size_t n) : m_size(n) {
+        if (n > N) m_heap.resize(n);
+    }
+    P* data() { return m_size > N ? m_heap.data() : m_local; }
+    P& operator[](std::size_t i) { return data()[i]; }
+    std::size_t size() const { return m_size; }
+
+private:
+    P m_local[N] = {};
+    std::vector<P> m_heap;
+    std::size_t m_size;
+};
+
 // ---- the forward run ---------------------------------------------------------------------
 
 template <class T>
 class Run {
 public:
-    Run(const Graph& g, const RunOptions& o) : m_graph(g), m_options(o) {
-        const auto& values = g.values();
-        const auto& nodes = g.nodes();
-        m_owned.resize(values.size());
-        m_ptr.resize(values.size(), nullptr);
-        m_keep.resize(values.size(), false);
-        m_uses = std::make_unique<std::atomic<int>[]>(values.size());
-        m_result.values.resize(values.size());
-        m_result.seconds.resize(nodes.size(), 0.0);
-
-        for (std::size_t id = 0; id < values.size(); ++id) {
-            const ValueInfo& v = values[id];
-            m_keep[id] = o.keep_all || (o.trace && matches_any(v.name, o.trace_only));
-            if (v.data) m_ptr[id] = &v.data->as<T>();
+    // `storage` holds the values' buffers; with `pooled`, the plan's arena values are already
+    // in it, shaped (a RunCache arena), else it starts empty and values are freed after their
+    // last reader.
+    Run(const Graph& g, const RunOptions& o, const RunPlan& plan, TypedArena<T>& storage, bool pooled)
+        : m_graph(g), m_options(o), m_plan(plan), m_owned(storage.owned), m_ptr(storage.ptr), m_pooled(pooled) {
+        m_result.values.resize(g.values().size());
+        m_result.seconds.resize(g.nodes().size(), 0.0);
+        for (int id : plan.tensors) m_ptr[static_cast<std::size_t>(id)] = &g.value(id).data->template as<T>();
+        for (int id : plan.kept)  // not computed yet (a stopped run leaves them out)
+            if (!g.value(id).data) m_ptr[static_cast<std::size_t>(id)] = nullptr;
+        if (!m_pooled) {
+            m_uses = std::make_unique<std::atomic<int>[]>(plan.uses.size());
+            for (std::size_t id = 0; id < plan.uses.size(); ++id) m_uses[id] = plan.uses[id];
         }
-        for (int id : g.outputs()) m_keep[static_cast<std::size_t>(id)] = true;
-        const bool patched = !o.patches.empty() || !o.hooks.empty();
-        const bool optimize = o.optimize && !o.check_finite && !patched;
-        if (o.keep_for_backward)  // unfused, the backward reads every value
-            m_keep = optimize ? backward_keep(g, m_keep) : std::vector<bool>(values.size(), true);
-        m_plan = make_plan(g, m_keep, optimize);
-        // a task per step, waiting for the steps that write its inputs
-        const auto& steps = m_plan.steps;
-        m_tasks.successors.resize(steps.size());
-        std::vector<int> step_of(values.size(), -1);  // value id -> the step writing it
-        for (std::size_t i = 0; i < steps.size(); ++i) {
-            for (int id : steps[i].inputs) {
-                ++m_uses[static_cast<std::size_t>(id)];
-                const int producer = step_of[static_cast<std::size_t>(id)];
-                if (producer >= 0) m_tasks.successors[static_cast<std::size_t>(producer)].push_back(i);
-            }
-            for (int id : steps[i].outputs) step_of[static_cast<std::size_t>(id)] = static_cast<int>(i);
-        }
-        for (const Node& node : nodes)
-            for (int id : node.outputs) m_tasks.work += element_count(values[static_cast<std::size_t>(id)].shape);
-        for (const Step& step : steps) m_nodes_total += nodes_in(step);
     }
 
     RunResult finish(Executor& executor) {
-        executor.execute(m_tasks, [this](std::size_t i) { return execute(i); });
-        for (std::size_t id = 0; id < m_ptr.size(); ++id) {
+        executor.execute(m_plan.tasks, [this](std::size_t i) { return execute(i); });
+        for (int kept : m_plan.kept) {
+            const auto id = static_cast<std::size_t>(kept);
             const ValueInfo& v = m_graph.values()[id];
-            if (!m_keep[id]) continue;
             if (v.data)
                 m_result.values[id] = v.data;
-            else if (auto p = m_options.patches.find(static_cast<int>(id)); p != m_options.patches.end())
+            else if (auto p = m_options.patches.find(kept); p != m_options.patches.end())
                 m_result.values[id] = p->second;
-            else if (m_ptr[id])
+            else if (m_ptr[id])  // the run's own buffer, never an arena's
                 m_result.values[id] = std::make_shared<const Tensor>(std::move(m_owned[id]));
         }
         return std::move(m_result);
@@ -165,20 +392,21 @@ public:
 private:
     // Runs step i; false when check_finite found a non-finite output (the run stops).
     bool execute(std::size_t i) {
-        const Step& step = m_plan.steps[i];
+        const Step& step = m_plan.plan.steps[i];
         const auto t0 = std::chrono::steady_clock::now();
-        std::vector<const Array<T>*> in;
-        in.reserve(step.inputs.size());
-        for (int id : step.inputs) in.push_back(m_ptr[static_cast<std::size_t>(id)]);
-        std::vector<Array<T>*> out;
-        for (int id : step.outputs) {
-            const Shape& s = m_graph.values()[static_cast<std::size_t>(id)].shape;
-            Array<T>& a = m_owned[static_cast<std::size_t>(id)];
-            a = Array<T>::from_shape(s);
-            out.push_back(&a);
+        PointerList<const Array<T>*> in(step.inputs.size());
+        for (std::size_t k = 0; k < in.size(); ++k) in[k] = m_ptr[static_cast<std::size_t>(step.inputs[k])];
+        PointerList<Array<T>*> out(step.outputs.size());
+        for (std::size_t k = 0; k < out.size(); ++k) {
+            const auto u = static_cast<std::size_t>(step.outputs[k]);
+            Array<T>& a = m_owned[u];
+            if (!m_pooled || !m_plan.in_arena[u]) a = Array<T>::from_shape(m_graph.values()[u].shape);
+            out[k] = &a;
         }
+        const In<T> ins(in.data(), in.size());
+        const Out<T> outs(out.data(), out.size());
         try {
-            if (!all_patched(step)) run_step<T>(m_graph, step, In<T>(in), Out<T>(out));
+            if (!all_patched(step)) run_step<T>(m_graph, step, ins, outs);
         } catch (const ValueError& e) {  // a value the op cannot use: name the node
             const Node& node = m_graph.nodes()[static_cast<std::size_t>(step.node)];
             throw ValueError("node '" + node.name + "' (" + node.op->name + "): " + e.what());
@@ -187,16 +415,18 @@ private:
         apply_patches(step);
         m_result.seconds[static_cast<std::size_t>(step.node)] =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        if (m_options.progress) m_options.progress(m_nodes_done += nodes_in(step), m_nodes_total);
-        if (m_options.check_finite && !check_finite(static_cast<std::size_t>(step.node), in, out)) return false;
-        // release inputs whose last consumer this was (unless kept)
-        for (int id : step.inputs) {
-            const auto u = static_cast<std::size_t>(id);
-            if (--m_uses[u] == 0 && !m_keep[u] && !m_graph.values()[u].data) {
-                m_owned[u] = Array<T>();
-                m_ptr[u] = nullptr;
+        if (m_options.progress) m_options.progress(m_nodes_done += nodes_in(step), m_plan.nodes_total);
+        if (m_options.check_finite && !check_finite(static_cast<std::size_t>(step.node), ins, outs)) return false;
+        // release inputs whose last consumer this was (unless kept); a pooled run's values
+        // stay in the arena for the next run
+        if (!m_pooled)
+            for (int id : step.inputs) {
+                const auto u = static_cast<std::size_t>(id);
+                if (--m_uses[u] == 0 && !m_plan.keep[u] && !m_graph.values()[u].data) {
+                    m_owned[u] = Array<T>();
+                    m_ptr[u] = nullptr;
+                }
             }
-        }
         return true;
     }
 
@@ -237,7 +467,7 @@ private:
     // Records the earliest node (in graph order) found non-finite, with its inputs' ranges;
     // false when node i's outputs are not all finite.
     // check_finite runs the plain plan (no fused steps), so a step is exactly its node.
-    bool check_finite(std::size_t i, const std::vector<const Array<T>*>& in, const std::vector<Array<T>*>& out) {
+    bool check_finite(std::size_t i, In<T> in, Out<T> out) {
         const Node& node = m_graph.nodes()[i];
         bool finite = true;
         for (const Array<T>* a : out) {
@@ -263,17 +493,15 @@ private:
 
     const Graph& m_graph;
     const RunOptions& m_options;
-    std::vector<Array<T>> m_owned;
-    std::vector<const Array<T>*> m_ptr;
-    std::vector<bool> m_keep;
-    std::unique_ptr<std::atomic<int>[]> m_uses;  // value id -> steps still to read it
-    Plan m_plan;
-    TaskGraph m_tasks;
+    const RunPlan& m_plan;
+    std::vector<Array<T>>& m_owned;       // value id -> its buffer, while it lives
+    std::vector<const Array<T>*>& m_ptr;  // value id -> where its data is (buffer, tensor, patch)
+    const bool m_pooled;
+    std::unique_ptr<std::atomic<int>[]> m_uses;  // value id -> steps still to read it (not pooled)
     RunResult m_result;
     std::size_t m_stop_index = 0;
     std::mutex m_stop_mutex;
     std::mutex m_hook_mutex;
-    std::size_t m_nodes_total = 0;
     std::atomic<std::size_t> m_nodes_done{0};
 };
 
@@ -305,9 +533,24 @@ int Executor::threads() const {
     return m_impl->threads;
 }
 
+template <class T>
+static RunResult run_typed(Executor& executor, const Graph& graph, const RunOptions& options) {
+    RunCache& cache = graph.run_cache();
+    const std::shared_ptr<const RunPlan> plan = cache.plan(graph, detail::plan_key(options));
+    // patches and hooks replace buffers: such a run allocates its own
+    if (detail::patched(options) || plan->arena_values.empty()) {
+        TypedArena<T> own(graph, {});
+        return Run<T>(graph, options, *plan, own, false).finish(executor);
+    }
+    std::unique_ptr<TypedArena<T>> arena = cache.take_arena<T>(graph, plan);
+    RunResult result = Run<T>(graph, options, *plan, *arena, true).finish(executor);
+    cache.give_back(plan, std::move(arena));  // not after an exception: that arena is dropped
+    return result;
+}
+
 RunResult Executor::run(const Graph& graph, const RunOptions& options) {
-    if (graph.dtype() == DType::f32) return Run<float>(graph, options).finish(*this);
-    return Run<double>(graph, options).finish(*this);
+    if (graph.dtype() == DType::f32) return run_typed<float>(*this, graph, options);
+    return run_typed<double>(*this, graph, options);
 }
 
 void Executor::execute(const TaskGraph& graph, const std::function<bool(std::size_t)>& task) {

@@ -41,7 +41,10 @@ struct RunOptions {
 
 /// @brief The values of one run, by value id.
 struct RunResult {
-    /// value id -> tensor; null where the value was released or never computed
+    /// value id -> tensor; null where the value was released or never computed. Each is the
+    /// run's own (or the graph's tensor, or the patch given): no later run writes into it,
+    /// so it may be kept, and viewed without a copy (the Python module does), for as long
+    /// as one likes.
     std::vector<std::shared_ptr<const Tensor>> values;
     /// node index -> wall time of its forward, in seconds
     std::vector<double> seconds;
@@ -66,8 +69,26 @@ struct TaskGraph {
 
 class Gradients;
 
+/// @brief A run's values that nobody sees (neither kept nor outputs) come from buffers kept
+/// across runs in the graph's RunCache when they need at most this many bytes together;
+/// a bigger run allocates each when its step runs and frees it after its last reader, so it
+/// holds only the values alive at once (long sequences stay linear in memory).
+constexpr std::size_t run_arena_max_bytes = std::size_t{16} << 20;
+
+/// @brief What a graph's RunCache holds (tests read it).
+struct RunCacheStats {
+    std::size_t plans_made = 0;   ///< plans made since the graph was built
+    std::size_t arenas_made = 0;  ///< arenas made since the graph was built
+    std::size_t plans = 0;        ///< plans cached now
+    std::size_t idle_arenas = 0;  ///< arenas waiting for a run now
+};
+RunCacheStats run_cache_stats(const Graph& graph);
+
 /// @brief Runs graphs forward and backward on its own oneTBB arena of `threads` threads
-/// (0: every core). Several threads may use one Executor at once.
+/// (0: every core). Several threads may use one Executor at once, on one graph or several.
+/// A run's plan (engine/optimize.hpp) is made on a graph's first run with given kept values
+/// (RunOptions keep_all, trace, trace_only, and whether it is optimized) and reused by the
+/// later ones; it lives with the graph (Graph::run_cache), whichever executor runs it.
 class Executor {
 public:
     explicit Executor(int threads = 0);

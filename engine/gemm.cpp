@@ -158,6 +158,26 @@ void blas_gemm(bool ta, bool tb, int m, int n, int k, double alpha, const double
                 b, ldb, beta, c, ldc);
 }
 
+// A block of at most this many multiply-adds (rows x cols x k) is computed by a plain loop:
+// OpenBLAS spends more on a call (argument checks, locking its buffers, packing) than on
+// such a product (the seed graph's GEMMs are 18 to 48 multiply-adds).
+constexpr std::size_t small_gemm_limit = 1024;
+
+// C = alpha·op(A)·op(B) + beta·C, each element's sum over k in order: its bits depend on the
+// block's sizes and data only, as OpenBLAS's do.
+template <class T>
+void small_gemm(bool ta, bool tb, std::size_t m, std::size_t n, std::size_t k, T alpha, const T* a, std::size_t lda,
+                const T* b, std::size_t ldb, T beta, T* c, std::size_t ldc) {
+    const std::size_t a_row = ta ? 1 : lda, a_col = ta ? lda : 1, b_row = tb ? 1 : ldb, b_col = tb ? ldb : 1;
+    for (std::size_t i = 0; i < m; ++i)
+        for (std::size_t j = 0; j < n; ++j) {
+            T sum = 0;
+            for (std::size_t p = 0; p < k; ++p) sum += a[i * a_row + p * a_col] * b[p * b_row + j * b_col];
+            T& y = c[i * ldc + j];
+            y = beta == T(0) ? alpha * sum : alpha * sum + beta * y;
+        }
+}
+
 }  // namespace
 
 BlasKernel blas_kernel() {
@@ -214,6 +234,11 @@ void gemm(bool trans_a, bool trans_b, std::size_t m, std::size_t n, std::size_t 
             // columns c0.. of op(B): B + c0 normally, row offset c0 when transposed
             const T* a_block = trans_a ? a + r0 : a + r0 * lda;
             const T* b_block = trans_b ? b + c0 * ldb : b + c0;
+            if (rows * cols * k <= small_gemm_limit) {
+                small_gemm(trans_a, trans_b, rows, cols, k, alpha, a_block, lda, b_block, ldb, beta, c + r0 * ldc + c0,
+                           ldc);
+                continue;
+            }
             blas_gemm(trans_a, trans_b, static_cast<int>(rows), static_cast<int>(cols), static_cast<int>(k), alpha,
                       a_block, static_cast<int>(lda), b_block, static_cast<int>(ldb), beta, c + r0 * ldc + c0,
                       static_cast<int>(ldc));

@@ -2,6 +2,8 @@
 // The engine's one GEMM path: row-major C = alpha·op(A)·op(B) + beta·C over OpenBLAS,
 // single-threaded inside, cut into fixed blocks of rows and columns that oneTBB runs in
 // parallel (one thread pool for everything; results independent of the thread count).
+// A block of at most 1024 multiply-adds is a plain loop instead of an OpenBLAS call (the
+// call costs more than such a product).
 //
 // OpenBLAS picks its kernel from the CPU model when it loads, and falls back to Prescott
 // (SSE3) kernels on a model it does not know. Before the first GEMM the engine checks the

@@ -104,6 +104,11 @@ Graph Graph::with_tensors(const std::map<std::string, Tensor>& replacements) con
         v.shape = tensor.shape();
     }
     g.infer_shapes();
+    // the same structure, dtype and shapes: the same plans (they do not depend on the data)
+    bool same_shapes = true;
+    for (std::size_t id = 0; id < m_values.size() && same_shapes; ++id)
+        same_shapes = m_values[id].shape == g.m_values[id].shape;
+    if (same_shapes) g.m_run_cache.share(m_run_cache);
     return g;
 }
 

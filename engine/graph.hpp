@@ -46,6 +46,27 @@ struct Node {
     }
 };
 
+class RunCache;  // engine/executor.cpp: the run plans of one graph, made once
+
+/// @brief Where a Graph keeps its RunCache. A new graph, and every copy, starts with an empty
+/// cache of its own: a copy may be given other shapes (with_tensors) or another dtype, and a
+/// plan is only valid for the shapes it was made for. A move takes the cache along.
+class RunCacheSlot {
+public:
+    RunCacheSlot();
+    RunCacheSlot(const RunCacheSlot&);
+    RunCacheSlot& operator=(const RunCacheSlot&);
+    RunCacheSlot(RunCacheSlot&&) noexcept = default;
+    RunCacheSlot& operator=(RunCacheSlot&&) noexcept = default;
+    ~RunCacheSlot();
+    RunCache& get() const { return *m_cache; }
+    /// Shares `other`'s cache (with_tensors, when no shape changed).
+    void share(const RunCacheSlot& other) { m_cache = other.m_cache; }
+
+private:
+    std::shared_ptr<RunCache> m_cache;
+};
+
 /// @brief A validated, topologically ordered, shape-inferred DAG.
 class Graph {
 public:
@@ -72,6 +93,11 @@ public:
     /// A copy computing in another dtype (tensors converted).
     Graph with_dtype(DType dtype) const;
 
+    /// The plans (and buffers) of this graph's runs, which the executor makes on a graph's
+    /// first run with given kept values and reuses after (engine/executor.cpp). Safe to use
+    /// from several threads: it locks inside.
+    RunCache& run_cache() const { return m_run_cache.get(); }
+
 private:
     friend class GraphBuilder;
     void infer_shapes();  // in topological order; throws ShapeError with node context
@@ -83,6 +109,7 @@ private:
     std::vector<Node> m_nodes;
     std::vector<int> m_outputs;
     std::map<std::string, int> m_index;
+    RunCacheSlot m_run_cache;
 };
 
 /// @brief Refuses (ShapeError naming the value, its node, op and shape) a graph with a value
