@@ -135,9 +135,10 @@ int main(int argc, char** argv) try {
     print("builder, run: O", o);
 
     // [gradients]
-    // Reverse mode over a run that kept every value: dL/dv for L = sum(G ⊙ O), G = ones here.
+    // Reverse mode over a run that kept what the backward reads: dL/dv for L = sum(G ⊙ O),
+    // G = ones here.
     RunOptions keep;
-    keep.keep_all = true;
+    keep.keep_for_backward = true;
     const RunResult forward = run(graph, keep);
     BackwardOptions wrt;
     wrt.wrt = {"X", "Wq", "A"};

@@ -334,7 +334,9 @@ BOOST_AUTO_TEST_CASE(concurrent_runs_of_one_graph) {
             BOOST_TEST(runs == 4 * reps);
             const RunCacheStats s = run_cache_stats(g);
             BOOST_TEST(s.plans_made == 2u);    // each of the two kept sets planned once
-            BOOST_TEST(s.arenas_made <= 8u);   // at most one per run in flight, per plan
+            // arenas are reused (an arena returned while 4 wait idle is dropped, and a later run
+            // makes a new one, so the count made has no fixed bound below the runs)
+            BOOST_TEST(s.arenas_made < static_cast<std::size_t>(runs.load()));
             BOOST_TEST(s.idle_arenas <= 4u);
         }
     }
