@@ -26,6 +26,7 @@
 #include "engine/error.hpp"
 #include "engine/executor.hpp"
 #include "engine/gemm.hpp"
+#include "graphs/flex.hpp"
 #include "graphs/mha.hpp"
 #include "graphs/variants.hpp"
 
@@ -42,6 +43,8 @@ struct BenchArgs {
         c.seq = c.d_model = c.heads = 0;
         return c;
     }();
+    double softcap = 0;  // --softcap's value, when softcap_given
+    bool softcap_given = false;
     std::size_t gemm = 0;
     int threads = 0;
     int reps = 5;
@@ -73,8 +76,8 @@ graphs::MhaConfig mha_config(const BenchSizes& s) {
     return c;
 }
 
-// Every variant of `attngraph new` (graphs/variants.hpp) but its per-head mha, which is
-// graphs/mha.hpp's here, plus the seed graph.
+// Every variant of `attngraph new` (graphs/variants.hpp, graphs/flex.hpp) but its per-head mha,
+// which is graphs/mha.hpp's here, plus the seed graph.
 const std::vector<BenchVariant>& bench_variants() {
     static const std::vector<BenchVariant> variants = [] {
         std::vector<BenchVariant> v = {
@@ -83,13 +86,14 @@ const std::vector<BenchVariant>& bench_variants() {
             {"seed", "the seed document's graph (n=3, d_model=4, 2 heads; sizes ignored)", false,
              [](const BenchSizes&) { return graphs::build_mha(graphs::seed_mha_config(), graphs::seed_mha_weights()); }},
         };
-        for (const auto& info : graphs::variant_list()) {
-            if (info.name == "mha") continue;
-            v.push_back({info.name.c_str(), info.description.c_str(), true, [name = info.name](BenchSizes c) {
-                             c.variant = name;
-                             return graphs::build_variant(c);
-                         }});
-        }
+        for (const auto* list : {&graphs::variant_list(), &graphs::flex_list()})
+            for (const auto& info : *list) {
+                if (info.name == "mha") continue;
+                v.push_back({info.name.c_str(), info.description.c_str(), true, [name = info.name](BenchSizes c) {
+                                 c.variant = name;
+                                 return graphs::build_variant(c);
+                             }});
+            }
         return v;
     }();
     return variants;
@@ -214,7 +218,9 @@ void bench_graph(const BenchArgs& a) {
     if (variant && variant->needs_sizes && (a.sizes.seq == 0 || a.sizes.d_model == 0 || a.sizes.heads == 0))
         throw Error("bench: variant '" + a.variant + "' needs --seq, --d-model and --heads (each > 0)");
     if (!a.default_malloc) keep_freed_memory();
-    const Graph graph = from_file ? load_with_inputs(a.graph) : variant->build(a.sizes);
+    BenchSizes sizes = a.sizes;
+    if (a.softcap_given) sizes.softcap = a.softcap;
+    const Graph graph = from_file ? load_with_inputs(a.graph) : variant->build(sizes);
     Executor executor(a.threads);
     RunOptions options;
     options.threads = executor.threads();
@@ -244,8 +250,12 @@ void bench_graph(const BenchArgs& a) {
     } else {
         j["variant"] = a.variant;
         j["batch"] = a.sizes.batch;
-        j["seq"] = graph.value(graph.at("X")).shape.end()[-2];
-        j["d_model"] = graph.value(graph.at("X")).shape.back();
+        // the sizes the graph was built at (the seed ignores them); FlexAttention's examples
+        // have Q (B, H, n, D) instead of X (.., n, d_model)
+        const bool has_x = graph.find("X") >= 0;
+        const Shape& x = graph.value(graph.at(has_x ? "X" : "Q")).shape;
+        j["seq"] = x.end()[-2];
+        j["d_model"] = has_x ? x.back() : x.end()[-3] * x.back();
         j["heads"] = variant->needs_sizes ? a.sizes.heads : 2;
     }
     j["threads"] = executor.threads();
@@ -284,7 +294,13 @@ void add_bench_command(CLI::App& app) {
     cmd->add_option("--window", args->sizes.window, "Window width of sliding-window (as attngraph new)");
     cmd->add_option("--past", args->sizes.past, "decode: cached keys/values before the new tokens (as attngraph new)");
     cmd->add_option("--kv-seq", args->sizes.kv_seq, "cross: length of the keys/values input C (as attngraph new)");
-    cmd->add_flag("--causal", args->sizes.causal, "sliding-window: keys 0 <= i - j < w only (as attngraph new)");
+    cmd->add_flag("--causal", args->sizes.causal, "sliding-window, document: causal (as attngraph new)");
+    cmd->add_option("--softcap", args->softcap, "softcap: the cap c (as attngraph new; default 50)")
+        ->each([args](const std::string&) { args->softcap_given = true; });
+    cmd->add_option("--prefix-length", args->sizes.prefix_length, "prefix-lm: the prefix P (as attngraph new)")
+        ->check(CLI::NonNegativeNumber);
+    cmd->add_option("--documents", args->sizes.documents, "document: the document lengths L1,L2,.. (as attngraph new)")
+        ->delimiter(',');
     cmd->add_option("--kv-lengths", args->sizes.lengths,
                     "Key padding: valid keys per sequence, comma-separated, needs --batch (as attngraph new)")
         ->delimiter(',');

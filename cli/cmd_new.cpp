@@ -1,13 +1,15 @@
 // attngraph new VARIANT [--batch B] --seq N [--kv-seq M] --d-model D --heads H [--groups G]
-//                       [--window W] [--causal] [--kv-lengths L,..] [--seed S] [--dtype f32|f64]
-//                       -o FILE.json [--weights-dir DIR] [--force]
+//                       [--window W] [--causal] [--kv-lengths L,..] [--softcap C] [--prefix-length P]
+//                       [--documents L,..] [--seed S] [--dtype f32|f64] -o FILE.json [--weights-dir DIR] [--force]
 // attngraph new --list
+// VARIANT is one of graphs::variant_list() or a FlexAttention example of graphs::flex_list() (flex/...).
 #include <charconv>
 #include <iostream>
 
 #include "cli/common.hpp"
 #include "engine/error.hpp"
 #include "engine/trace.hpp"
+#include "graphs/flex.hpp"
 #include "graphs/variants.hpp"
 #include "graphs/weights_from.hpp"
 
@@ -22,6 +24,8 @@ struct NewArgs {
     bool list = false;
     graphs::VariantConfig config;
     std::vector<int> lengths;
+    double softcap = 0;  // --softcap's value, when softcap_given
+    bool softcap_given = false;
     std::string dtype = "f32";
     std::string output;
     std::string weights_dir;
@@ -41,10 +45,22 @@ std::string command_line(const NewArgs& a) {
     if (c.window) s += " --window " + std::to_string(c.window);
     if (c.past) s += " --past " + std::to_string(c.past);
     if (c.causal) s += " --causal";
-    if (!c.lengths.empty()) {
-        s += " --kv-lengths ";
-        for (std::size_t i = 0; i < c.lengths.size(); ++i) s += (i ? "," : "") + std::to_string(c.lengths[i]);
+    auto list = [](const std::vector<int>& v) {
+        std::string t;
+        for (std::size_t i = 0; i < v.size(); ++i) {
+            if (i) t += ',';
+            t += std::to_string(v[i]);
+        }
+        return t;
+    };
+    if (!c.lengths.empty()) s += " --kv-lengths " + list(c.lengths);
+    if (c.softcap) {
+        char buf[32];  // the shortest text that reads back as the same double
+        const auto res = std::to_chars(buf, buf + sizeof buf, *c.softcap);
+        s += " --softcap " + std::string(buf, res.ptr);
     }
+    if (c.prefix_length) s += " --prefix-length " + std::to_string(c.prefix_length);
+    if (!c.documents.empty()) s += " --documents " + list(c.documents);
     s += " --seed " + std::to_string(c.seed);
     if (a.dtype != "f32") s += " --dtype " + a.dtype;
     if (!a.weights_from.empty())
@@ -93,7 +109,9 @@ std::string graph_file_text(const Graph& graph, const nlohmann::json& doc) {
 
 void run_new(NewArgs& a) {
     if (a.list) {
-        for (const auto& v : graphs::variant_list()) std::printf("%-16s %s\n", v.name.c_str(), v.description.c_str());
+        for (const auto& v : graphs::variant_list()) std::printf("%-22s %s\n", v.name.c_str(), v.description.c_str());
+        std::printf("\nFlexAttention's examples (Q, K, V inputs (B, heads, seq, d_model / heads)):\n");
+        for (const auto& v : graphs::flex_list()) std::printf("%-22s %s\n", v.name.c_str(), v.description.c_str());
         return;
     }
     if (a.variant.empty()) throw Error("new: name a VARIANT (attngraph new --list shows them)");
@@ -103,6 +121,7 @@ void run_new(NewArgs& a) {
     if (a.config.heads == 0) throw Error("new: --heads H (H >= 1) is required");
     a.config.variant = a.variant;
     a.config.lengths = a.lengths;
+    if (a.softcap_given) a.config.softcap = a.softcap;
     a.config.dtype = parse_dtype(a.dtype);
 
     const fs::path out = a.output;
@@ -131,17 +150,27 @@ void add_new_command(CLI::App& app) {
     auto& c = args->config;
     CLI::App* cmd = app.add_subcommand("new", "Write a graph file of an attention variant (attngraph new --list)");
     cmd->add_option("variant", args->variant,
-                    "Variant: mha, mha-batched, causal, cross, mqa, gqa, sliding-window, alibi, decode");
+                    "Variant: mha, mha-batched, causal, cross, mqa, gqa, sliding-window, alibi, decode, llama, "
+                    "softcap, sinks, diff, prefix-lm, document, or a FlexAttention example flex/... (--list)");
     cmd->add_flag("--list", args->list, "List the variants");
     cmd->add_option("--batch", c.batch, "Batch size B (default 0: X is (n, d_model) without a batch axis)");
     cmd->add_option("--seq", c.seq, "Sequence length n (queries)");
     cmd->add_option("--kv-seq", c.kv_seq, "Length m of the keys/values input C (cross)");
     cmd->add_option("--d-model", c.d_model, "Model width d_model");
     cmd->add_option("--heads", c.heads, "Query heads h (d_model must be a multiple)");
-    cmd->add_option("--groups", c.groups, "K/V heads g of gqa (heads must be a multiple)");
-    cmd->add_option("--window", c.window, "Window width w of sliding-window");
+    cmd->add_option("--groups", c.groups, "K/V heads g of gqa, llama and decode (heads must be a multiple)");
+    cmd->add_option("--window", c.window,
+                    "Window width w of sliding-window; softcap and sinks: also 0 <= i - j < w; flex/sliding-window: "
+                    "i - j <= w");
     cmd->add_option("--past", c.past, "decode: cached keys/values before the new tokens (--seq of them)");
-    cmd->add_flag("--causal", c.causal, "sliding-window: keys 0 <= i - j < w only");
+    cmd->add_flag("--causal", c.causal, "sliding-window: keys 0 <= i - j < w only; document: also keys j <= i");
+    cmd->add_option("--softcap", args->softcap, "softcap: the cap c of c tanh(S / c) (default 50, Gemma 2's)")
+        ->each([args](const std::string&) { args->softcap_given = true; });
+    cmd->add_option("--prefix-length", c.prefix_length, "prefix-lm: the P first keys, seen by every query")
+        ->check(CLI::NonNegativeNumber);
+    cmd->add_option("--documents", c.documents,
+                    "document: the lengths of the documents packed into the sequence (comma-separated, sum = --seq)")
+        ->delimiter(',');
     cmd->add_option("--kv-lengths", args->lengths,
                     "Key padding: valid keys per sequence (comma-separated, needs --batch)")
         ->delimiter(',');

@@ -5,6 +5,8 @@
 #include "engine/builder.hpp"
 #include "engine/error.hpp"
 #include "engine/expr.hpp"
+#include "graphs/flex.hpp"
+#include "graphs/flex_mods.hpp"
 #include "ops/attention.hpp"
 #include "ops/ops.hpp"
 
@@ -13,23 +15,34 @@ namespace attngraph::graphs {
 namespace {
 
 namespace ex = expr;
+using mods::Expr;
 
 enum class Pattern { none, causal, window };
+// masks written with index ops (FlexAttention's mask_mod), graphs/flex_mods.hpp
+enum class IndexMask { none, prefix_lm, document };
 
 // What distinguishes the batched variants from one another.
 struct Plan {
     bool cross = false;
     std::size_t kv_heads = 0;  // g
     Pattern pattern = Pattern::none;
+    bool window_causal = false;  // window: 0 <= i - j < w instead of |i - j| < w
     bool alibi = false;
+    double softcap = 0;  // > 0: S -> softcap · tanh(S / softcap)
+    bool sinks = false;  // a per-head sink logit joins each softmax row
+    IndexMask index_mask = IndexMask::none;
+    bool llama = false;  // RMSNorm before the projections, no biases, RoPE on Q and K
+    bool diff = false;   // differential: two maps per head, A_1 - lambda · A_2
 };
 
 // Self-attention: w_in, b_in are Wqkv (d, d + 2·g·d_k), bqkv; cross: Wq (d, d), bq, and
-// w_kv, b_kv are Wkv (d, 2·g·d_k), bkv.
+// w_kv, b_kv are Wkv (d, 2·g·d_k), bkv. The extras of llama (norm_scale), sinks (sinks),
+// diff (lambda) and document (document_ends).
 struct BatchedWeights {
     Tensor x, c;
     Tensor w_in, b_in, w_kv, b_kv;
     Tensor wo, bo;
+    Tensor norm_scale, sinks, lambda, document_ends;
 };
 
 std::string sizes_text(const VariantConfig& c) {
@@ -70,25 +83,41 @@ std::vector<int> inverse(const std::vector<int>& p) {
 
 Graph build_batched(const VariantConfig& c, const Plan& plan, const BatchedWeights& w) {
     const std::size_t h = c.heads, g = plan.kv_heads, r = h / g, dk = c.d_model / h;
-    const std::size_t lead = c.batch ? 1 : 0;
+    // llama's RoPE takes (B, n, h·d_k): X always has a batch axis there (B = 1 without --batch)
+    const std::size_t lead = c.batch || plan.llama ? 1 : 0;
     const int H = static_cast<int>(h), G = static_cast<int>(g), R = static_cast<int>(r), DK = static_cast<int>(dk);
-    // heads as axes: (lead, h, n, d_k), or grouped (lead, g, r, n, d_k) with K, V (lead, g, 1, m, d_k).
+    // heads as axes: (lead, h, n, d_k), or grouped (lead, g, r, n, d_k) with K, V (lead, g, 1, m, d_k);
+    // diff: (lead, h, 2, n, d_k/2), the two halves of each head's Q and K (Q1, Q2), V (lead, h, 1, m, d_k).
     // The Reshapes keep the lead axes as they are (keep_leading), so no batch size is written
     // into the graph: X may have another batch size and sequence length.
     const int keep = static_cast<int>(lead);
     const bool grouped = g != h;
-    const std::vector<int> q_shape = grouped ? std::vector<int>{-1, G, R, DK} : std::vector<int>{-1, H, DK};
-    const std::vector<int> kv_shape = grouped ? std::vector<int>{-1, G, 1, DK} : std::vector<int>{-1, H, DK};
+    std::vector<int> q_shape = grouped ? std::vector<int>{-1, G, R, DK} : std::vector<int>{-1, H, DK};
+    std::vector<int> k_shape = grouped ? std::vector<int>{-1, G, 1, DK} : std::vector<int>{-1, H, DK};
+    std::vector<int> v_shape = k_shape;
+    if (plan.diff) {
+        q_shape = k_shape = {-1, H, 2, DK / 2};
+        v_shape = {-1, H, 1, DK};
+    }
     const std::vector<int> perm = heads_first(lead, lead + q_shape.size());
 
     // structure chosen at run time (cross or self, which masks) goes through ex::Dynamic;
     // leaves and nodes are listed in the graph in the order they are made
-    auto x = ex::input("X", w.x.cast(c.dtype));
-    ex::Dynamic q_flat, k_flat, v_flat;
+    Expr x = ex::input("X", w.x.cast(c.dtype));
+    if (plan.llama) {
+        auto norm_scale = ex::param("norm_scale", w.norm_scale);
+        x = mods::rms_norm(x, norm_scale, 1e-5, "X_norm");
+    }
+    Expr q_flat, k_flat, v_flat;
     if (!plan.cross) {
         auto wqkv = ex::param("Wqkv", w.w_in);
-        auto bqkv = ex::param("bqkv", w.b_in);
-        auto qkv = ex::linear(x, wqkv, bqkv).named("QKV");
+        Expr qkv;
+        if (plan.llama) {
+            qkv = ex::linear(x, wqkv).named("QKV");
+        } else {
+            auto bqkv = ex::param("bqkv", w.b_in);
+            qkv = ex::linear(x, wqkv, bqkv).named("QKV");
+        }
         const int d = static_cast<int>(c.d_model), kvd = G * DK;
         if (grouped) {
             auto parts = ex::split(qkv, {d, kvd, kvd}, -1).named("QKV_split");
@@ -108,11 +137,28 @@ Graph build_batched(const VariantConfig& c, const Plan& plan, const BatchedWeigh
         auto parts = ex::split(kv, 2, -1).named("KV_split");
         k_flat = parts[0], v_flat = parts[1];
     }
+    if (plan.llama) {
+        // RoPE (rotate-half pairs, theta 10000) at positions 0..n-1, its cos/sin tables computed
+        // in the graph: angle(p, i) = p · theta^(-2i / d_k)
+        const double n = static_cast<double>(c.seq), half = static_cast<double>(dk / 2);
+        Expr positions = mods::range(0, n, "positions");
+        Expr position_ids = mods::reshape(positions, {1, -1}, "position_ids");  // (1, n): every sequence
+        Expr freq_index = mods::range(0, half, "freq_index");
+        Expr inv_freq = mods::exp(
+            mods::scale(freq_index, -2.0 * std::log(10000.0) / static_cast<double>(dk), "freq_exponent"), "inv_freq");
+        Expr angles = mods::mul(mods::reshape(positions, {-1, 1}, "position_column"), inv_freq, "rope_angles");
+        Expr cos_cache = mods::cos(angles, "cos_cache");
+        Expr sin_cache = mods::sin(angles, "sin_cache");
+        q_flat = mods::rotary(q_flat, cos_cache, sin_cache, position_ids, H, "Q_rope");
+        k_flat = mods::rotary(k_flat, cos_cache, sin_cache, position_ids, G, "K_rope");
+    }
     auto q = ex::permute(ex::reshape(q_flat, q_shape, keep).named("Q_heads"), perm).named("Q");
-    auto k = ex::permute(ex::reshape(k_flat, kv_shape, keep).named("K_heads"), perm).named("K");
-    auto v = ex::permute(ex::reshape(v_flat, kv_shape, keep).named("V_heads"), perm).named("V");
+    auto k = ex::permute(ex::reshape(k_flat, k_shape, keep).named("K_heads"), perm).named("K");
+    auto v = ex::permute(ex::reshape(v_flat, v_shape, keep).named("V_heads"), perm).named("V");
     auto kt = ex::transpose(k).named("KT");
-    ex::Dynamic s = ex::scale(ex::matmul(q, kt).named("S_raw"), 1.0 / std::sqrt(static_cast<double>(dk))).named("S");
+    auto s_raw = ex::matmul(q, kt).named("S_raw");
+    const double head_size = static_cast<double>(plan.diff ? dk / 2 : dk);
+    Expr s = ex::scale(s_raw, 1.0 / std::sqrt(head_size)).named("S");
     if (plan.alibi) {
         // ALiBi from h slopes and the positions at run time (the Alibi op): no (h, n, n) table
         Tensor slopes = zeros(DType::f64, {h});
@@ -120,16 +166,51 @@ Graph build_batched(const VariantConfig& c, const Plan& plan, const BatchedWeigh
         auto alibi_slopes = ex::param("alibi_slopes", slopes.cast(c.dtype));
         s = ex::alibi(s, alibi_slopes).named("S_bias");
     }
+    if (plan.softcap > 0) s = mods::softcap(s, plan.softcap);
     if (plan.pattern == Pattern::causal) s = ex::mask_causal(s).named("S_masked");
-    if (plan.pattern == Pattern::window) s = ex::mask_window(s, static_cast<int>(c.window), c.causal).named("S_masked");
+    if (plan.pattern == Pattern::window)
+        s = ex::mask_window(s, static_cast<int>(c.window), plan.window_causal).named("S_masked");
+    if (plan.index_mask == IndexMask::prefix_lm)
+        s = mods::mask(s, mods::prefix_lm_keep(c.seq, c.prefix_length), "S_masked");
+    if (plan.index_mask == IndexMask::document) {
+        auto ends = ex::input("document_ends", w.document_ends);
+        s = mods::mask(s, mods::document_keep(c.seq, ends, c.causal), "S_masked");
+    }
     if (!c.lengths.empty()) s = ex::mask_padding(s, c.lengths).named("S_padded");
-    auto a = ex::softmax(s).named("A");
+    Expr a;
+    if (plan.sinks) {
+        // gpt-oss: the head's sink logit is one more column of each row of scores; softmax over
+        // the m + 1, then the sink's column is dropped (its weight goes nowhere). The column is
+        // 0·S_raw[..., :1] + sink_h: S_raw is finite (S may hold -inf), and no size is written in.
+        auto sinks = ex::param("sinks", w.sinks);
+        Expr sinks_heads = mods::reshape(sinks, {-1, 1, 1}, "sinks_heads");  // (h, 1, 1)
+        Expr zero_column = mods::scale(ex::slice(s_raw, -1, 0, 1).named("S_first"), 0.0, "zero_column");
+        Expr sink_column = mods::add(zero_column, sinks_heads, "S_sink");  // (lead, h, n, 1)
+        std::vector<Expr> columns = {s, sink_column};
+        Expr with_sink = ex::concat(columns, -1).named("S_sinks");
+        Expr a_sinks = ex::softmax(with_sink).named("A_sinks");
+        a = ex::slice(a_sinks, -1, 0, -1).named("A");
+    } else {
+        a = ex::softmax(s).named("A");
+    }
+    if (plan.diff) {
+        // A (lead, h, 2, n, m): softmax(Q1·K1ᵀ) and softmax(Q2·K2ᵀ), their difference weighted by lambda
+        auto lambda = ex::param("lambda", w.lambda);
+        auto maps = ex::split(a, 2, -3).named("A_split");
+        Expr a1 = maps[0], a2 = maps[1];
+        a = mods::sub(a1, mods::mul(a2, lambda, "A_2_weighted"), "A_diff");  // (lead, h, 1, n, m)
+    }
     auto o = ex::matmul(a, v).named("O");
     auto rows = ex::permute(o, inverse(perm)).named("O_rows");
     auto concat_heads = ex::reshape(rows, {-1, static_cast<int>(c.d_model)}, keep).named("O_concat");
     auto wo = ex::param("Wo", w.wo);
-    auto bo = ex::param("bo", w.bo);
-    auto y = ex::linear(concat_heads, wo, bo).named("Y");
+    Expr y;
+    if (plan.llama) {
+        y = ex::linear(concat_heads, wo).named("Y");
+    } else {
+        auto bo = ex::param("bo", w.bo);
+        y = ex::linear(concat_heads, wo, bo).named("Y");
+    }
     return ex::to_graph(y, c.name.empty() ? c.variant : c.name, {c.dtype, {}});
 }
 
@@ -195,28 +276,42 @@ const std::vector<VariantInfo>& variant_list() {
         {"sliding-window", "sliding-window attention: |i - j| < --window (0 <= i - j < window with --causal)"},
         {"alibi", "ALiBi causal attention: scores - m_h |i - j| from per-head slopes, m_h = 2^(-8(h+1)/heads)"},
         {"decode", "one step of KV-cache decoding: --seq new tokens after --past cached keys/values (Attention op)"},
+        {"llama", "Llama block: RMSNorm, Q/K/V without biases, RoPE, GQA (--groups), causal, output projection"},
+        {"softcap", "Gemma-2 causal attention, scores -> c tanh(S / c) (--softcap C, default 50; --window W)"},
+        {"sinks", "gpt-oss causal attention with a learned sink logit per head in every softmax row (--window W)"},
+        {"diff", "differential attention: softmax(Q1 K1^T) - lambda softmax(Q2 K2^T), causal, lambda a parameter"},
+        {"prefix-lm", "prefix-LM: keys j < --prefix-length P seen by every query, causal after (index ops)"},
+        {"document", "document masking: --documents L1,L2,.. packed, queries see their own document (index ops)"},
     };
     return list;
 }
 
 Graph build_variant(const VariantConfig& c) {
     const std::string& v = c.variant;
+    if (v.rfind("flex/", 0) == 0) return build_flex(c);
     const bool known = std::ranges::any_of(variant_list(), [&](const VariantInfo& info) { return info.name == v; });
     if (!known) {
         std::string names;
         for (const auto& info : variant_list()) names += (names.empty() ? "" : ", ") + info.name;
+        for (const auto& info : flex_list()) names += ", " + info.name;
         throw GraphError("unknown variant '" + v + "' (known: " + names + ")");
     }
     auto refuse = [&](bool given, const std::string& what) {
         if (given) throw GraphError("variant '" + v + "' takes no " + what);
     };
+    const bool windowed = v == "sliding-window" || v == "softcap" || v == "sinks";
     refuse(c.kv_seq != 0 && v != "cross", "kv_seq (only cross has keys of another length)");
-    refuse(c.groups != 0 && v != "gqa" && v != "decode", "groups (only gqa and decode)");
+    refuse(c.groups != 0 && v != "gqa" && v != "decode" && v != "llama", "groups (only gqa, llama and decode)");
     refuse(c.past != 0 && v != "decode", "past (only decode)");
-    refuse(c.window != 0 && v != "sliding-window", "window (only sliding-window)");
-    refuse(c.causal && v != "sliding-window", "causal flag (only sliding-window; use the causal variant)");
+    refuse(c.window != 0 && !windowed, "window (only sliding-window, softcap and sinks)");
+    refuse(c.causal && v != "sliding-window" && v != "document",
+           "causal flag (only sliding-window and document; use the causal variant)");
+    refuse(c.softcap.has_value() && v != "softcap", "softcap (only softcap)");
+    refuse(c.prefix_length != 0 && v != "prefix-lm", "prefix length (only prefix-lm)");
+    refuse(!c.documents.empty() && v != "document", "documents (only document)");
     if (v == "gqa" && c.groups == 0) throw GraphError("variant 'gqa' needs groups");
     if (v == "sliding-window" && c.window == 0) throw GraphError("variant 'sliding-window' needs window >= 1");
+    mods::check_softcap(c);
 
     if (v == "mha") {
         refuse(!c.lengths.empty(), "padding lengths (per-head form; use mha-batched)");
@@ -234,13 +329,26 @@ Graph build_variant(const VariantConfig& c) {
 
     Plan plan;
     plan.cross = v == "cross";
-    plan.kv_heads = v == "mqa" ? 1 : v == "gqa" || (v == "decode" && c.groups) ? c.groups : c.heads;
-    plan.pattern = v == "causal" || v == "alibi" ? Pattern::causal
-                   : v == "sliding-window"       ? Pattern::window
-                                                 : Pattern::none;
+    plan.kv_heads = v == "mqa"                                                         ? 1
+                    : v == "gqa" || ((v == "decode" || v == "llama") && c.groups != 0) ? c.groups
+                                                                                       : c.heads;
+    const bool causal = v == "causal" || v == "alibi" || v == "llama" || v == "softcap" || v == "sinks" || v == "diff";
+    plan.pattern = windowed && c.window ? Pattern::window : causal ? Pattern::causal : Pattern::none;
+    plan.window_causal = v != "sliding-window" || c.causal;  // softcap and sinks: causal windows
     plan.alibi = v == "alibi";
+    plan.softcap = v == "softcap" ? c.softcap.value_or(50.0) : 0.0;
+    plan.sinks = v == "sinks";
+    plan.index_mask = v == "prefix-lm" ? IndexMask::prefix_lm : v == "document" ? IndexMask::document : IndexMask::none;
+    plan.llama = v == "llama";
+    plan.diff = v == "diff";
     check_sizes(c, plan.kv_heads);
     if (plan.cross && c.kv_seq == 0) throw GraphError("variant 'cross' needs kv_seq (the length of C)");
+    const std::size_t dk = c.d_model / c.heads;
+    if ((plan.llama || plan.diff) && dk % 2 != 0)
+        throw GraphError("variant '" + v + "': head size d_k = d_model / heads = " + std::to_string(dk) + " is odd: " +
+                         (plan.llama ? "RoPE rotates pairs of features" : "each head's Q and K split into two halves"));
+    if (v == "prefix-lm") mods::check_prefix(c);
+    if (v == "document") mods::check_documents(c);
 
     const std::size_t d = c.d_model, kvd = plan.kv_heads * (d / c.heads);
     const std::size_t m = plan.cross ? c.kv_seq : c.seq;
@@ -270,6 +378,22 @@ Graph build_variant(const VariantConfig& c) {
         const Tensor past_value = random_tensor({batch, plan.kv_heads, c.past, dk}, c.dtype, ++s);
         return build_decode(c, plan.kv_heads, w, past_key, past_value);
     }
+    if (plan.llama) {
+        // X is (B, n, d) always (B = 1 without --batch), as RoPE's 3-D input wants it;
+        // the norm's scale is near 1 (1 + uniform(-0.2, 0.2))
+        if (!c.batch) w.x = random_tensor({1, c.seq, d}, c.dtype, c.seed * 1000003 + 1);
+        Tensor scale = random_tensor({d}, DType::f64, ++s, 0.2);
+        for (auto& e : scale.as<double>()) e += 1.0;
+        w.norm_scale = scale.cast(c.dtype);
+    }
+    if (plan.sinks) w.sinks = random_tensor({c.heads}, c.dtype, ++s);
+    if (plan.diff) {
+        // lambda_init of the DIFF Transformer's first layer: 0.8 - 0.6·exp(0) = 0.2
+        Tensor lambda = zeros(DType::f64, {1});
+        lambda.as<double>()(0) = 0.2;
+        w.lambda = lambda.cast(c.dtype);
+    }
+    if (plan.index_mask == IndexMask::document) w.document_ends = mods::document_ends(c.documents, c.dtype);
     return build_batched(c, plan, w);
 }
 

@@ -3,14 +3,20 @@
 // branches. With lead = (B) when batch > 0, () otherwise, n queries, m keys, h heads of
 // d_k = d_model / h, g K/V heads (r = h / g query heads share one):
 //
-//   QKV      = X·Wqkv + bqkv                 (lead, n, d + 2·g·d_k)   [cross: Q = X·Wq + bq, KV = C·Wkv + bkv]
-//   QKV_split:0,1,2 = split(QKV, sizes [d, g·d_k, g·d_k])
-//   Q_heads  = reshape(.., [lead, -1, h, d_k])  (lead kept by keep_leading, never written in),  Q = permute(.., heads
-//   first)   (lead, h, n, d_k) K, V     likewise (lead, h, m, d_k);  for g < h: Q (lead, g, r, n, d_k), K, V (lead, g,
-//   1, m, d_k) KT = Kᵀ,  S_raw = Q·KT,  S = S_raw / sqrt(d_k) [S_bias = S + alibi]  [S_masked = mask(.., causal |
-//   window)]  [S_padded = mask(.., padding)] A = softmax(..),  O = A·V,  O_rows = permute(O, back),  O_concat =
-//   reshape(.., [lead, -1, d]) Y = O_concat·Wo + bo
+//   [X_norm = rmsnorm(X)]                                  llama
+//   QKV = X·Wqkv + bqkv     (lead, n, d + 2·g·d_k)         cross: Q_flat = X·Wq + bq, KV = C·Wkv + bkv
+//   QKV_split:0,1,2 = split(QKV, [d, g·d_k, g·d_k])        [Q_rope, K_rope = RoPE(..)]  llama
+//   Q_heads = reshape(.., [lead, -1, h, d_k]),  Q = permute(..): (lead, h, n, d_k)
+//     (lead kept by the Reshape attribute keep_leading, never written in); K, V likewise
+//     (lead, h, m, d_k); g < h: Q (lead, g, r, n, d_k), K, V (lead, g, 1, m, d_k);
+//     diff: Q, K (lead, h, 2, n, d_k/2), V (lead, h, 1, m, d_k)
+//   KT = Kᵀ,  S_raw = Q·KT,  S = S_raw / sqrt(d_k)
+//   [S_bias = alibi(S)]  [S_div, S_tanh, S_capped: softcap]
+//   [S_masked = mask(.., causal | window | keep from index ops)]  [S_padded = mask(.., padding)]
+//   A = softmax(..)      sinks: A = softmax([S | S_sink])[..., :m];  diff: A_diff = A_1 - lambda·A_2
+//   O = A·V,  O_rows = permute(O, back),  O_concat = reshape(.., [lead, -1, d]),  Y = O_concat·Wo + bo
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,8 +36,11 @@ struct VariantConfig {
     std::size_t groups = 0;    ///< g, K/V heads of gqa (0: = heads; mqa: 1)
     std::size_t window = 0;    ///< w of sliding-window
     std::size_t past = 0;      ///< decode: cached keys/values before the new tokens
-    bool causal = false;       ///< sliding-window: 0 <= i - j < w instead of |i - j| < w
+    bool causal = false;       ///< sliding-window: 0 <= i - j < w instead of |i - j| < w; document: also j <= i
     std::vector<int> lengths;  ///< key padding: sequence b has lengths[b] valid keys (needs batch > 0)
+    std::optional<double> softcap;  ///< softcap: c of c·tanh(S / c) (default 50, Gemma 2's)
+    std::size_t prefix_length = 0;  ///< prefix-lm: P, the keys every query sees
+    std::vector<int> documents;     ///< document: the lengths of the packed documents (summing to seq)
     DType dtype = DType::f32;
     std::uint64_t seed = 1;
     std::string name;  ///< graph name (default: the variant)
@@ -43,10 +52,12 @@ struct VariantInfo {
     std::string description;
 };
 
-/// mha, mha-batched, causal, cross, mqa, gqa, sliding-window, alibi, decode.
+/// mha, mha-batched, causal, cross, mqa, gqa, sliding-window, alibi, decode, llama, softcap,
+/// sinks, diff, prefix-lm, document (FlexAttention's examples, flex/..., are graphs/flex.hpp's).
 const std::vector<VariantInfo>& variant_list();
 
-/// @brief Builds a variant with seeded random weights; throws GraphError on bad sizes.
+/// @brief Builds a variant (or a flex/... example of graphs/flex.hpp) with seeded random
+/// weights; throws GraphError on bad sizes and options.
 Graph build_variant(const VariantConfig& config);
 
 /// @brief Batched multi-head self-attention with the weights of a per-head graph

@@ -280,6 +280,17 @@ private:
             if (in.size() == 4) {  // position ids: int64 in ONNX
                 args[3] = fresh(name + ".position_ids");
                 attr(node("Cast", {in[3]}, {args[3]}), "to", TP::INT64);
+                // ids (1, S) serve every sequence here; ONNX wants (batch, S): broadcast them
+                const Shape& pos = shape_of(in[3]);
+                const std::size_t batch = shape_of(in[0]).at(0);
+                if (pos.size() == 2 && pos[0] == 1 && batch > 1) {
+                    const std::string ids = fresh(name + ".position_ids_batch");
+                    node("Expand",
+                         {args[3], ints(name + ".ids_shape",
+                                        {static_cast<std::int64_t>(batch), static_cast<std::int64_t>(pos[1])})},
+                         {ids});
+                    args[3] = ids;
+                }
             }
             auto* r = node("RotaryEmbedding", args, {name});
             attr(r, "interleaved", rope->interleaved);

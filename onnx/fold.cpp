@@ -8,6 +8,12 @@
 #include <set>
 
 #include "engine/error.hpp"
+#include "ops/cos.hpp"
+#include "ops/exp.hpp"
+#include "ops/log.hpp"
+#include "ops/sin.hpp"
+#include "ops/sqrt.hpp"
+#include "ops/tanh.hpp"
 
 namespace attngraph::onnx_fold {
 
@@ -138,6 +144,26 @@ OnnxTensor unary(const OnnxTensor& a, const std::function<double(double)>& f) {
     std::vector<double> v(a.values.size());
     for (std::size_t i = 0; i < v.size(); ++i) v[i] = f(a.values[i]);
     return make(a.elem_type, a.shape, std::move(v));
+}
+
+// A unary op of attngraph's op set, folded by that op's own kernel in the tensor's float type
+// (float and double; other types as `f` in double): a folded constant has the bits the op
+// computes when the graph runs, so a graph exported and imported again computes the same
+// bits whether its constants are folded or not.
+template <class Op>
+OnnxTensor unary_op(const OnnxTensor& a, const std::function<double(double)>& f) {
+    auto run = [&]<class T>(T) {
+        const std::size_t n = a.values.size();
+        Array<T> x = Array<T>::from_shape({n}), y = Array<T>::from_shape({n});
+        std::transform(a.values.begin(), a.values.end(), x.data(), [](double v) { return static_cast<T>(v); });
+        const Array<T>* in[] = {&x};
+        Array<T>* out[] = {&y};
+        Op::template forward<T>(typename Op::Attrs{}, In<T>(in, 1), Out<T>(out, 1));
+        return make(a.elem_type, a.shape, std::vector<double>(y.begin(), y.end()));
+    };
+    if (a.elem_type == TP::FLOAT) return run(float{});
+    if (a.elem_type == TP::DOUBLE) return run(double{});
+    return unary(a, f);
 }
 
 // Row-major strides of a shape.
@@ -616,16 +642,16 @@ std::vector<OnnxTensor> fold(const onnx::NodeProto& node, const std::vector<cons
     if (op == "Neg") return {unary(arg(0), [](double a) { return -a; })};
     if (op == "Abs") return {unary(arg(0), [](double a) { return std::fabs(a); })};
     if (op == "Sign") return {unary(arg(0), [](double a) { return double((a > 0) - (a < 0)); })};
-    if (op == "Sqrt") return {unary(arg(0), [](double a) { return std::sqrt(a); })};
-    if (op == "Exp") return {unary(arg(0), [](double a) { return std::exp(a); })};
-    if (op == "Log") return {unary(arg(0), [](double a) { return std::log(a); })};
+    if (op == "Sqrt") return {unary_op<ops::Sqrt>(arg(0), [](double a) { return std::sqrt(a); })};
+    if (op == "Exp") return {unary_op<ops::Exp>(arg(0), [](double a) { return std::exp(a); })};
+    if (op == "Log") return {unary_op<ops::Log>(arg(0), [](double a) { return std::log(a); })};
     if (op == "Floor") return {unary(arg(0), [](double a) { return std::floor(a); })};
     if (op == "Ceil") return {unary(arg(0), [](double a) { return std::ceil(a); })};
     if (op == "Reciprocal") return {unary(arg(0), [](double a) { return 1.0 / a; })};
-    if (op == "Tanh") return {unary(arg(0), [](double a) { return std::tanh(a); })};
+    if (op == "Tanh") return {unary_op<ops::Tanh>(arg(0), [](double a) { return std::tanh(a); })};
     if (op == "Erf") return {unary(arg(0), [](double a) { return std::erf(a); })};
-    if (op == "Sin") return {unary(arg(0), [](double a) { return std::sin(a); })};
-    if (op == "Cos") return {unary(arg(0), [](double a) { return std::cos(a); })};
+    if (op == "Sin") return {unary_op<ops::Sin>(arg(0), [](double a) { return std::sin(a); })};
+    if (op == "Cos") return {unary_op<ops::Cos>(arg(0), [](double a) { return std::cos(a); })};
     if (op == "IsNaN") {
         OnnxTensor t = unary(arg(0), [](double a) { return std::isnan(a) ? 1.0 : 0.0; });
         t.elem_type = bool_type;

@@ -344,6 +344,7 @@ struct Value {
     std::string name;  // attngraph value name otherwise
     Shape shape;
     int elem_type = TP::FLOAT;
+    bool zero_one = false;  // computed, and every element is 0 or 1 (a comparison's, a bool's)
 };
 
 std::vector<std::int64_t> to_i64(const Shape& s) {
@@ -699,12 +700,54 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
         const int to = op == "Cast" ? static_cast<int>(attr_int(node, "to", TP::FLOAT)) : arg(1).elem_type;
         const bool float_to = to == TP::FLOAT || to == TP::DOUBLE || to == TP::FLOAT16 || to == TP::BFLOAT16;
         const bool float_from = et == TP::FLOAT || et == TP::DOUBLE || et == TP::FLOAT16 || et == TP::BFLOAT16;
+        if (to == TP::BOOL && et == TP::BOOL) {
+            alias(out0, arg(0));
+            return;
+        }
+        if (to == TP::BOOL && float_from) {
+            // bool: nonzero is true. attngraph holds bools as 0/1 floats: a value known to be
+            // 0/1 (a comparison's, cast to float) is already one; any other becomes
+            // where(x, 1, 0)
+            const Value& x = arg(0);
+            if (x.zero_one) {
+                Value v = x;
+                v.elem_type = to;
+                alias(out0, v);
+                return;
+            }
+            const std::string name = out_name(0);
+            auto constant = [&](double value, const char* what) {
+                Value c;
+                c.is_const = true;
+                c.c = OnnxTensor{TP::FLOAT, {}, {value}};
+                c.elem_type = TP::FLOAT;
+                const std::string cname = name + what;
+                m_values[cname] = c;
+                m_synthetic.insert(cname);
+                return materialize(cname);
+            };
+            const std::string one = constant(1, ".one"), zero = constant(0, ".zero");
+            emit("Where", name, {x.name, one, zero});
+            define(out0, name, x.shape, TP::BOOL);
+            m_values[out0].zero_one = true;
+            return;
+        }
         if (!(float_to && float_from) && !(float_to && et != TP::FLOAT))
             throw GraphError(where + ": a Cast of a computed value from " + type_name(et) + " to " + type_name(to) +
                              " is not supported (supported ops: docs/onnx.md)");
         Value v = arg(0);
         v.elem_type = to;
         alias(out0, v);
+        return;
+    }
+    if (op == "And") {
+        // bools are 0/1 floats here: a and b = a·b
+        check_attrs({});
+        const Shape s = broadcast(arg(0).shape, arg(1).shape, where);
+        const std::string name = out_name(0);
+        emit("Mul", name, {materialize(node.input(0)), materialize(node.input(1))});
+        define(out0, name, s, TP::BOOL);
+        m_values[out0].zero_one = true;
         return;
     }
     if (op == "Add" || op == "Sub" || op == "Mul" || op == "Div") {
@@ -726,6 +769,13 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
             emit(op, name, {materialize(node.input(0)), materialize(node.input(1))});
         }
         define(out0, name, s, et);
+        // a product of 0/1 values (a logical and) is 0/1
+        auto zero_one = [](const Value& x) {
+            return x.is_const ? std::all_of(x.c.values.begin(), x.c.values.end(),
+                                            [](double e) { return e == 0 || e == 1; })
+                              : x.zero_one;
+        };
+        if (op == "Mul" && zero_one(a) && zero_one(b)) m_values[out0].zero_one = true;
         return;
     }
     if (op == "Neg" || op == "Exp" || op == "Log" || op == "Tanh" || op == "Erf" || op == "Sqrt" || op == "Sin" || op == "Cos") {
@@ -770,6 +820,7 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
         const std::string name = out_name(0);
         emit(op, name, {materialize(node.input(0)), materialize(node.input(1))});
         define(out0, name, s, TP::BOOL);
+        m_values[out0].zero_one = true;
         return;
     }
     if (op == "ReduceSum" || op == "ReduceMean" || op == "ReduceMax") {

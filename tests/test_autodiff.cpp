@@ -58,9 +58,13 @@ BOOST_DATA_TEST_CASE(seed_graph_gradcheck, bdata::make({0, 1}), ones) {
 }
 
 BOOST_AUTO_TEST_CASE(every_graph_file_gradchecks) {
-    // every graphs/*.json (attention variants included), with respect to all its tensors
+    // every graphs/*.json and graphs/flex/*.json (attention variants and FlexAttention's
+    // examples), with respect to all its tensors
     std::size_t checked = 0;
-    for (const auto& entry : std::filesystem::directory_iterator(test::source_dir() / "graphs")) {
+    std::vector<std::filesystem::directory_entry> entries;
+    for (const auto& dir : {test::source_dir() / "graphs", test::source_dir() / "graphs" / "flex"})
+        for (const auto& entry : std::filesystem::directory_iterator(dir)) entries.push_back(entry);
+    for (const auto& entry : entries) {
         if (entry.path().extension() != ".json") continue;
         BOOST_TEST_CONTEXT(entry.path().filename().string()) {
             LoadOptions lo;
@@ -71,7 +75,7 @@ BOOST_AUTO_TEST_CASE(every_graph_file_gradchecks) {
             ++checked;
         }
     }
-    BOOST_TEST(checked >= 9u);  // the seed and the eight variants
+    BOOST_TEST(checked >= 23u);  // the seed, the fifteen variants, the seven FlexAttention examples
 }
 
 BOOST_DATA_TEST_CASE(random_mha_gradcheck,

@@ -89,8 +89,13 @@ BOOST_AUTO_TEST_CASE(bench_gemm_as_unknown_cpu_selects_past_prescott) {
 }
 
 BOOST_AUTO_TEST_CASE(bench_takes_every_variant_of_new) {
-    for (const char* args : {"--variant causal --batch 2 --seq 6", "--variant gqa --seq 6 --groups 2",
-                             "--variant sliding-window --seq 6 --window 3", "--variant decode --seq 1 --past 5"}) {
+    for (const char* args :
+         {"--variant causal --batch 2 --seq 6", "--variant gqa --seq 6 --groups 2",
+          "--variant sliding-window --seq 6 --window 3", "--variant decode --seq 1 --past 5",
+          "--variant llama --batch 2 --seq 6 --groups 2", "--variant softcap --seq 6 --softcap 30",
+          "--variant sinks --seq 6 --window 2", "--variant diff --seq 6",
+          "--variant prefix-lm --seq 6 --prefix-length 2", "--variant document --seq 6 --documents 2,4 --causal",
+          "--variant flex/causal --seq 6", "--variant flex/relative-position --seq 6"}) {
         BOOST_TEST_CONTEXT(args) {
             const test::CliResult r = test::run_cli(std::string("bench ") + args + " --d-model 8 --heads 4 --reps 1");
             BOOST_TEST(r.code == 0, r.err);
@@ -130,6 +135,8 @@ BOOST_AUTO_TEST_CASE(bench_errors_are_one_line) {
           Case{"bench --seq 4 --d-model 6 --heads 4", "not a multiple of heads"},
           Case{"bench --seq 4 --d-model 4 --heads 2 --trace disk", "--trace"},
           Case{"bench --variant gqa --seq 4 --d-model 8 --heads 4 --groups 3", "groups"},
+          Case{"bench --variant document --seq 4 --d-model 8 --heads 2 --documents 1,2", "sum to 3, not to seq 4"},
+          Case{"bench --variant softcap --seq 4 --d-model 8 --heads 2 --softcap 0", "softcap must be a positive"},
           Case{"bench --graph g.json --variant mha", "excludes"},
           Case{"bench --graph no_such_graph.json", "no_such_graph.json"}}) {
         BOOST_TEST_CONTEXT(c.args) {

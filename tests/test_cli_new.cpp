@@ -1,6 +1,6 @@
-// attngraph new: --list, every ready variant file in graphs/ through check and run (and
-// made again, identically, by the command in its "description"), weights as .npy files,
-// refusal to overwrite, clear errors that leave nothing behind.
+// attngraph new: --list, every ready graph file in graphs/ and graphs/flex/ through check, run,
+// grad, explain and report (and made again, identically, by the command in its "description"),
+// weights as .npy files, refusal to overwrite, clear errors that leave nothing behind.
 #include <boost/test/unit_test.hpp>
 
 #include "engine/graph_file.hpp"
@@ -14,10 +14,27 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const std::vector<std::string> kVariants = {"mha", "mha-batched",    "causal", "cross", "mqa",
-                                            "gqa", "sliding-window", "alibi",  "decode"};
+const std::vector<std::string> kVariants = {"mha",     "mha-batched",    "causal", "cross",     "mqa",
+                                            "gqa",     "sliding-window", "alibi",  "decode",    "llama",
+                                            "softcap", "sinks",          "diff",   "prefix-lm", "document"};
+const std::vector<std::string> kFlex = {"causal", "sliding-window", "prefix-lm",        "document",
+                                        "alibi",  "softcap",        "relative-position"};
 
 using attngraph::test::slurp;
+
+// Every graph file of graphs/ and graphs/flex/, sorted.
+std::vector<fs::path> graph_files() {
+    std::vector<fs::path> files;
+    for (const fs::path& dir : {test::source_dir() / "graphs", test::source_dir() / "graphs" / "flex"})
+        for (const auto& e : fs::directory_iterator(dir))
+            if (e.path().extension() == ".json") files.push_back(e.path());
+    std::sort(files.begin(), files.end());
+    return files;
+}
+
+std::string q(const fs::path& p) {
+    return "'" + p.string() + "'";
+}
 
 }  // namespace
 
@@ -25,45 +42,67 @@ BOOST_AUTO_TEST_CASE(list_names_every_variant) {
     const auto r = run_cli("new --list");
     BOOST_TEST(r.code == 0);
     for (const auto& v : kVariants) BOOST_TEST(r.out.find(v + " ") != std::string::npos, v);
+    for (const auto& v : kFlex) BOOST_TEST(r.out.find("flex/" + v + " ") != std::string::npos, v);
 }
 
-BOOST_AUTO_TEST_CASE(every_variant_file_checks_runs_and_grads) {
-    for (const auto& v : kVariants) {
-        BOOST_TEST_CONTEXT("graphs/" << v << ".json") {
-            const fs::path file = test::source_dir() / "graphs" / (v + ".json");
-            BOOST_REQUIRE(fs::exists(file));
-            const auto check = run_cli("check '" + file.string() + "'");
+BOOST_AUTO_TEST_CASE(every_variant_and_flex_example_has_its_file) {
+    for (const auto& v : kVariants) BOOST_TEST(fs::exists(test::source_dir() / "graphs" / (v + ".json")), v);
+    for (const auto& v : kFlex) BOOST_TEST(fs::exists(test::source_dir() / "graphs" / "flex" / (v + ".json")), v);
+    BOOST_TEST(graph_files().size() == kVariants.size() + kFlex.size() + 1);  // and the seed
+}
+
+// issue 12: every file of graphs/ (graphs/flex/ too) runs through check, run, grad, explain
+// and report.
+BOOST_AUTO_TEST_CASE(every_graph_file_checks_runs_grads_explains_and_reports) {
+    for (const auto& file : graph_files()) {
+        BOOST_TEST_CONTEXT(fs::relative(file, test::source_dir()).string()) {
+            const auto doc = nlohmann::json::parse(slurp(file));
+            const auto check = run_cli("check " + q(file));
             BOOST_TEST(check.code == 0);
             BOOST_TEST(check.out.find(", ok") != std::string::npos);
             test::TempDir dir;
-            const auto run =
-                run_cli("run '" + file.string() + "' --trace '" + (dir.path / "t").string() + "' --format text");
+            const auto run = run_cli("run " + q(file) + " --trace " + q(dir.path / "t") + " --format text");
             BOOST_TEST(run.code == 0, run.err);
-            BOOST_TEST(run.out.find("Y (") != std::string::npos);
+            for (const auto& out : doc["outputs"])
+                BOOST_TEST(run.out.find(out.get<std::string>() + " (") != std::string::npos, out);
             BOOST_TEST(fs::exists(dir.path / "t" / "trace.txt"));
-            const auto f64 = run_cli("run '" + file.string() + "' --dtype f64 --threads 1");
+            const auto f64 = run_cli("run " + q(file) + " --dtype f64 --threads 1");
             BOOST_TEST(f64.code == 0, f64.err);
-            const auto grad = run_cli("grad '" + file.string() + "' --trace '" + (dir.path / "g").string() + "'");
+            const auto grad = run_cli("grad " + q(file) + " --trace " + q(dir.path / "g"));
             BOOST_TEST(grad.code == 0, grad.err);
-            BOOST_TEST(fs::exists(dir.path / "g" / "grad" / "Wo.npy"));
+            for (const auto& [name, t] : doc["tensors"].items())
+                BOOST_TEST(fs::exists(dir.path / "g" / "grad" / (name + ".npy")), name);
+            const auto explain = run_cli("explain " + q(file) + " -o " + q(dir.path / "walk.md"));
+            BOOST_TEST(explain.code == 0, explain.err);
+            const std::string walk = slurp(dir.path / "walk.md");
+            for (const auto& n : doc["nodes"]) BOOST_TEST(walk.find(n["name"].get<std::string>()) != std::string::npos);
+            const auto npy = run_cli("run " + q(file) + " --trace " + q(dir.path / "n"));
+            BOOST_TEST(npy.code == 0, npy.err);
+            const auto report = run_cli("report " + q(dir.path / "n") + " -o " + q(dir.path / "report.html"));
+            BOOST_TEST(report.code == 0, report.err);
+            BOOST_TEST(fs::file_size(dir.path / "report.html") > 1000u);
         }
     }
 }
 
 BOOST_AUTO_TEST_CASE(variant_files_are_made_by_their_description) {
-    for (const auto& v : kVariants) {
-        BOOST_TEST_CONTEXT("graphs/" << v << ".json") {
-            const fs::path file = test::source_dir() / "graphs" / (v + ".json");
-            const auto doc = nlohmann::json::parse(slurp(file));
+    std::size_t checked = 0;
+    for (const auto& file : graph_files()) {
+        const auto doc = nlohmann::json::parse(slurp(file));
+        if (!doc.contains("description")) continue;  // the seed document's graph
+        BOOST_TEST_CONTEXT(fs::relative(file, test::source_dir()).string()) {
+            const std::string stem = file.stem().string();
+            const std::string variant = file.parent_path().filename() == "flex" ? "flex/" + stem : stem;
             std::string command = doc["description"].get<std::string>();
-            BOOST_REQUIRE(command.rfind("attngraph new " + v + " ", 0) == 0);
+            BOOST_REQUIRE(command.rfind("attngraph new " + variant + " ", 0) == 0);
             test::TempDir dir;
-            const auto r = run_cli(command.substr(std::string("attngraph ").size()) + " -o '" +
-                                   (dir.path / "g.json").string() + "'");
+            const auto r = run_cli(command.substr(std::string("attngraph ").size()) + " -o " + q(dir.path / "g.json"));
             BOOST_TEST(r.code == 0, r.err);
             BOOST_TEST(slurp(dir.path / "g.json") == slurp(file));
+            ++checked;
         }
     }
+    BOOST_TEST(checked == kVariants.size() + kFlex.size());
 }
 
 BOOST_AUTO_TEST_CASE(refuses_to_overwrite_without_force) {
@@ -131,6 +170,33 @@ BOOST_AUTO_TEST_CASE(another_batch_size_through_input) {
     BOOST_TEST(p.err.find("batch axis 3") != std::string::npos, p.err);
 }
 
+// llama's positions and prefix-lm's / document's index tensors are Ranges of the n the graph
+// was made for: X of another batch size runs, X of another length is one error line naming
+// the node that cannot take it.
+BOOST_AUTO_TEST_CASE(index_tensors_hold_the_sequence_length) {
+    test::TempDir dir;
+    save_npy(dir.path / "x3.npy", graphs::random_tensor({3, 4, 8}, DType::f32, 5));
+    save_npy(dir.path / "x6.npy", graphs::random_tensor({2, 6, 8}, DType::f32, 5));
+    const std::vector<std::pair<std::string, std::string>> cases = {
+        {"llama --batch 2 --seq 4 --d-model 8 --heads 2", "'Q_rope' (RotaryEmbedding)"},
+        {"prefix-lm --batch 2 --seq 4 --d-model 8 --heads 2 --prefix-length 2", "'S_masked' (Mask)"},
+        {"document --batch 2 --seq 4 --d-model 8 --heads 2 --documents 1,3", "'S_masked' (Mask)"},
+    };
+    for (const auto& [args, node] : cases) {
+        BOOST_TEST_CONTEXT(args) {
+            BOOST_TEST(run_cli("new " + args + " -o g.json --force", dir.path).code == 0);
+            const auto ok = run_cli("run g.json --input X=x3.npy", dir.path);
+            BOOST_TEST(ok.code == 0, ok.err);
+            BOOST_TEST(ok.out.find("Y (3x4x8)") != std::string::npos, ok.out);
+            const auto longer = run_cli("run g.json --input X=x6.npy", dir.path);
+            BOOST_TEST(longer.code == 1);
+            BOOST_TEST(longer.err.rfind("error: ", 0) == 0u, longer.err);
+            BOOST_TEST(longer.err.find(node) != std::string::npos, longer.err);
+            BOOST_TEST(std::count(longer.err.begin(), longer.err.end(), '\n') == 1, longer.err);
+        }
+    }
+}
+
 BOOST_AUTO_TEST_CASE(bad_arguments_are_one_line_errors_and_write_nothing) {
     test::TempDir dir;
     const std::vector<std::pair<std::string, std::string>> cases = {
@@ -145,6 +211,29 @@ BOOST_AUTO_TEST_CASE(bad_arguments_are_one_line_errors_and_write_nothing) {
         {"new mha-batched --batch 2 --seq 4 --d-model 8 --heads 2 --kv-lengths 4 -o x.json",
          "padding lengths for batch"},
         {"new", "name a VARIANT"},
+        // the options of the new variants (issue 12 §4)
+        {"new document --seq 8 --d-model 8 --heads 2 --documents 3,5,2 -o x.json", "sum to 10, not to seq 8"},
+        {"new document --seq 8 --d-model 8 --heads 2 --documents 3,0,5 -o x.json", "at least 1, got 3,0,5"},
+        {"new document --seq 8 --d-model 8 --heads 2 -o x.json", "needs documents"},
+        {"new flex/document --seq 8 --d-model 8 --heads 2 --documents 4,5 -o x.json", "sum to 9, not to seq 8"},
+        {"new prefix-lm --seq 8 --d-model 8 --heads 2 --prefix-length 9 -o x.json",
+         "prefix length 9 is longer than the sequence"},
+        {"new prefix-lm --seq 8 --d-model 8 --heads 2 -o x.json", "needs a prefix length"},
+        {"new flex/prefix-lm --seq 4 --d-model 8 --heads 2 --prefix-length 5 -o x.json", "longer than the sequence"},
+        {"new causal --seq 8 --d-model 8 --heads 2 --prefix-length 2 -o x.json", "takes no prefix length"},
+        {"new llama --seq 4 --d-model 6 --heads 2 -o x.json", "d_k = d_model / heads = 3 is odd"},
+        {"new diff --seq 4 --d-model 6 --heads 2 -o x.json", "d_k = d_model / heads = 3 is odd"},
+        {"new llama --seq 4 --d-model 8 --heads 2 --groups 3 -o x.json", "not a multiple of groups"},
+        {"new softcap --seq 4 --d-model 8 --heads 2 --softcap 0 -o x.json", "softcap must be a positive finite"},
+        {"new softcap --seq 4 --d-model 8 --heads 2 --softcap -3 -o x.json", "softcap must be a positive finite"},
+        {"new flex/softcap --seq 4 --d-model 8 --heads 2 --softcap inf -o x.json", "softcap must be a positive"},
+        {"new causal --seq 4 --d-model 8 --heads 2 --softcap 30 -o x.json", "takes no softcap"},
+        {"new mha-batched --seq 4 --d-model 8 --heads 2 --documents 4 -o x.json", "takes no documents"},
+        {"new sinks --seq 4 --d-model 8 --heads 2 --causal -o x.json", "takes no causal flag"},
+        {"new flex/sliding-window --seq 4 --d-model 8 --heads 2 -o x.json", "needs window >= 1"},
+        {"new flex/causal --seq 4 --d-model 8 --heads 2 --groups 2 -o x.json", "takes no groups"},
+        {"new flex/flash --seq 4 --d-model 8 --heads 2 -o x.json", "unknown FlexAttention example 'flex/flash'"},
+        {"new prefix-lm --seq 8 --d-model 8 --heads 2 --prefix-length -1 -o x.json", "--prefix-length"},
     };
     for (const auto& [args, message] : cases) {
         BOOST_TEST_CONTEXT(args) {

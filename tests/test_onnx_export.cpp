@@ -1,6 +1,7 @@
-// Export checked by a real runtime: every graphs/*.json and tests/data/onnx_export/*.json is exported to ONNX (opset
-// 23) and run by ONNX Runtime (npm onnxruntime-node, tests/node/, installed by scripts/install-deps.sh); each output
-// must match attngraph's own trace within 1e-5. Without node or the package the test fails.
+// Export checked by a real runtime: every graphs/*.json, graphs/flex/*.json and tests/data/onnx_export/*.json is
+// exported to ONNX (opset 23) and run by ONNX Runtime (npm onnxruntime-node, tests/node/, installed by
+// scripts/install-deps.sh); each output must match attngraph's own trace within 1e-5. Without node or the package the
+// test fails.
 #include <boost/test/unit_test.hpp>
 
 #include <nlohmann/json.hpp>
@@ -24,7 +25,8 @@ BOOST_AUTO_TEST_CASE(every_graph_exported_runs_in_onnx_runtime_with_the_same_out
     std::size_t checked = 0;
     // graphs/ and tests/data/onnx_export/ (every op of the attention vocabulary in one graph)
     std::vector<fs::path> files;
-    for (const auto& dir : {source_dir() / "graphs", source_dir() / "tests" / "data" / "onnx_export"})
+    for (const auto& dir :
+         {source_dir() / "graphs", source_dir() / "graphs" / "flex", source_dir() / "tests" / "data" / "onnx_export"})
         for (const auto& e : fs::directory_iterator(dir))
             if (e.path().extension() == ".json") files.push_back(e.path());
     std::sort(files.begin(), files.end());
@@ -46,7 +48,7 @@ BOOST_AUTO_TEST_CASE(every_graph_exported_runs_in_onnx_runtime_with_the_same_out
             ++checked;
         }
     }
-    BOOST_TEST(checked >= 10u);
+    BOOST_TEST(checked >= 24u);
 }
 
 BOOST_AUTO_TEST_CASE(export_refuses_to_overwrite_and_writes_nothing_on_error) {
@@ -61,11 +63,15 @@ BOOST_AUTO_TEST_CASE(export_refuses_to_overwrite_and_writes_nothing_on_error) {
     BOOST_TEST(!fs::exists(tmp.path / "out.onnx"));
 }
 
-// The export imported again runs to the same outputs bit for bit (every graphs/*.json: the
-// exported primitive ops map back onto attngraph ops doing the same arithmetic).
+// The export imported again runs to the same outputs bit for bit (every graphs/*.json and
+// graphs/flex/*.json: the exported primitive ops map back onto attngraph ops doing the same
+// arithmetic, and constants fold with the ops' own kernels).
 BOOST_AUTO_TEST_CASE(every_graph_exported_and_imported_again_gives_the_same_bits) {
     std::size_t checked = 0;
-    for (const auto& e : fs::directory_iterator(source_dir() / "graphs")) {
+    std::vector<fs::directory_entry> entries;
+    for (const auto& dir : {source_dir() / "graphs", source_dir() / "graphs" / "flex"})
+        for (const auto& e : fs::directory_iterator(dir)) entries.push_back(e);
+    for (const auto& e : entries) {
         if (e.path().extension() != ".json") continue;
         BOOST_TEST_CONTEXT(e.path().filename()) {
             TempDir tmp;
@@ -86,5 +92,5 @@ BOOST_AUTO_TEST_CASE(every_graph_exported_and_imported_again_gives_the_same_bits
             ++checked;
         }
     }
-    BOOST_TEST(checked >= 9u);
+    BOOST_TEST(checked >= 23u);  // the seed, the fifteen variants, the seven FlexAttention examples
 }

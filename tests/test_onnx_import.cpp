@@ -56,6 +56,13 @@ onnx::NodeProto* add_node(onnx::GraphProto& g, const std::string& op, const std:
     return n;
 }
 
+void attr_int(onnx::NodeProto* n, const std::string& name, std::int64_t value) {
+    auto* a = n->add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::INT);
+    a->set_i(value);
+}
+
 onnx::ModelProto model_of(const onnx::GraphProto& g) {
     onnx::ModelProto m;
     m.set_ir_version(8);
@@ -345,6 +352,35 @@ BOOST_AUTO_TEST_CASE(bad_models_give_one_error_line) {
         write(model_of(h), tmp.path / "huge.onnx");
         expect_error("check huge.onnx",
                      "initializer 'W' of shape (1000000x1000000) has 1000000000000 elements, over the limit");
+    }
+}
+
+// Bools of computed values: attngraph holds them as 0/1 floats. A Cast of any float to bool is
+// nonzero -> 1 (a Where), a comparison's result needs none; And is their product.
+BOOST_AUTO_TEST_CASE(a_cast_of_computed_floats_to_bool_and_and) {
+    TempDir tmp;
+    onnx::GraphProto g;
+    add_input(g, "X", {2, 3});
+    add_init(g, "half", {}, {0.5f});
+    attr_int(add_node(g, "Cast", {"X"}, {"nonzero"}), "to", TP::BOOL);
+    add_node(g, "Less", {"X", "half"}, {"small"});
+    add_node(g, "And", {"nonzero", "small"}, {"both"});
+    attr_int(add_node(g, "Cast", {"both"}, {"Y"}), "to", TP::FLOAT);
+    attr_int(add_node(g, "Cast", {"nonzero"}, {"Z"}), "to", TP::FLOAT);
+    add_output(g, "Y");
+    add_output(g, "Z");
+    write(model_of(g), tmp.path / "bools.onnx");
+    Array<float> x = {{0.0f, 2.0f, -1.0f}, {0.25f, 0.0f, 3.0f}};
+    save_npy(tmp.path / "x.npy", Tensor(x));
+    const CliResult r = run_cli("run bools.onnx --input X=x.npy --trace t", tmp.path);
+    BOOST_TEST_REQUIRE(r.code == 0, r.err);
+    // the float Casts add no node: outputs Y and Z are the values `both` and `nonzero`
+    const Tensor y = load_npy(tmp.path / "t" / "both.npy"), z = load_npy(tmp.path / "t" / "nonzero.npy");
+    BOOST_TEST(fs::exists(tmp.path / "t" / "nonzero.one.npy"));  // nonzero = where(X, 1, 0)
+    const std::vector<double> want_y = {0, 0, 1, 1, 0, 0}, want_z = {0, 1, 1, 1, 0, 1};
+    for (std::size_t i = 0; i < 6; ++i) {
+        BOOST_TEST(y.at_flat(i) == want_y[i], i);
+        BOOST_TEST(z.at_flat(i) == want_z[i], i);
     }
 }
 

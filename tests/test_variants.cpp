@@ -6,6 +6,8 @@
 #include <boost/test/unit_test.hpp>
 
 #include <cmath>
+#include <map>
+#include <set>
 
 #include "engine/error.hpp"
 #include "engine/executor.hpp"
@@ -13,6 +15,7 @@
 #include "engine/trace.hpp"
 #include "graphs/mha.hpp"
 #include "graphs/variants.hpp"
+#include "ops/ops.hpp"
 #include "support/helpers.hpp"
 
 using namespace attngraph;
@@ -52,7 +55,7 @@ Vec affine(const Vec& x, std::size_t rows, std::size_t k, const Vec& w, const Ve
 
 // The reference: what each variant means, in loops.
 struct Reference {
-    Vec a;  // (B, h, n, m)
+    Vec a;  // (B, h, n, m); diff: A_1 - lambda·A_2
     Vec y;  // (B, n, d)
 };
 
@@ -61,51 +64,119 @@ struct Weights {
     Vec wq, bq;          // (d, d), (d)
     Vec wk, bk, wv, bv;  // (d, g·dk), (g·dk)
     Vec wo, bo;          // (d, d), (d)
+    Vec norm_scale;      // llama (d)
+    Vec sinks;           // sinks (h)
+    double lambda = 0;   // diff
 };
+
+bool is_causal(const std::string& v) {
+    return v == "causal" || v == "alibi" || v == "llama" || v == "softcap" || v == "sinks" || v == "diff";
+}
+
+// Whether query i sees key j (before key padding).
+bool keeps(const graphs::VariantConfig& c, long i, long j) {
+    const std::string& v = c.variant;
+    const long di = i - j, w = long(c.window);
+    if (v == "sliding-window") return c.causal ? (di >= 0 && di < w) : std::abs(di) < w;
+    if ((v == "softcap" || v == "sinks") && w > 0) return di >= 0 && di < w;
+    if (is_causal(v)) return di >= 0;
+    if (v == "prefix-lm") return j < long(c.prefix_length) || di >= 0;
+    if (v == "document") {
+        auto doc = [&](long p) {  // the document position p is in
+            long k = 0, end = c.documents[0];
+            while (p >= end) end += c.documents[std::size_t(++k)];
+            return k;
+        };
+        return doc(i) == doc(j) && (!c.causal || di >= 0);
+    }
+    return true;
+}
+
+// RMSNorm of each row of x (rows, d): x / sqrt(mean(x²) + 1e-5) · scale.
+Vec rms_norm(const Vec& x, std::size_t rows, std::size_t d, const Vec& scale) {
+    Vec y(x.size());
+    for (std::size_t i = 0; i < rows; ++i) {
+        double sq = 0;
+        for (std::size_t t = 0; t < d; ++t) sq += x[i * d + t] * x[i * d + t];
+        const double r = 1 / std::sqrt(sq / double(d) + 1e-5);
+        for (std::size_t t = 0; t < d; ++t) y[i * d + t] = x[i * d + t] * r * scale[t];
+    }
+    return y;
+}
+
+// RoPE in place on x (n, heads·dk), row i at position i: pairs (t, t + dk/2), angle i·10000^(-2t/dk).
+void rope(Vec& x, std::size_t n, std::size_t heads, std::size_t dk) {
+    const std::size_t width = heads * dk, half = dk / 2;
+    for (std::size_t i = 0; i < n; ++i)
+        for (std::size_t hh = 0; hh < heads; ++hh)
+            for (std::size_t t = 0; t < half; ++t) {
+                const double angle = double(i) * std::pow(10000.0, -2.0 * double(t) / double(dk));
+                double& x1 = x[i * width + hh * dk + t];
+                double& x2 = x[i * width + hh * dk + t + half];
+                const double a = x1, b = x2;
+                x1 = std::cos(angle) * a - std::sin(angle) * b;
+                x2 = std::sin(angle) * a + std::cos(angle) * b;
+            }
+}
 
 Reference reference(const graphs::VariantConfig& c, std::size_t g, const Weights& w) {
     const std::string& v = c.variant;
     const std::size_t B = std::max<std::size_t>(c.batch, 1), n = c.seq, m = v == "cross" ? c.kv_seq : c.seq;
     const std::size_t d = c.d_model, h = c.heads, dk = d / h, r = h / g;
+    // diff: each head's Q and K are two halves of d_k/2 (two maps); the others: one map of d_k
+    const std::size_t maps = v == "diff" ? 2 : 1, part = dk / maps;
     Reference ref;
     ref.a.assign(B * h * n * m, 0.0);
     ref.y.assign(B * n * d, 0.0);
     for (std::size_t b = 0; b < B; ++b) {
-        const Vec xb(w.x.begin() + static_cast<long>(b * n * d), w.x.begin() + static_cast<long>((b + 1) * n * d));
+        Vec xb(w.x.begin() + static_cast<long>(b * n * d), w.x.begin() + static_cast<long>((b + 1) * n * d));
+        if (v == "llama") xb = rms_norm(xb, n, d, w.norm_scale);
         const Vec& src = v == "cross" ? w.c : w.x;
-        const Vec cb(src.begin() + static_cast<long>(b * m * d), src.begin() + static_cast<long>((b + 1) * m * d));
-        const Vec q = affine(xb, n, d, w.wq, w.bq, d);
-        const Vec k = affine(cb, m, d, w.wk, w.bk, g * dk);
+        Vec cb(src.begin() + static_cast<long>(b * m * d), src.begin() + static_cast<long>((b + 1) * m * d));
+        if (v == "llama") cb = xb;
+        Vec q = affine(xb, n, d, w.wq, w.bq, d);
+        Vec k = affine(cb, m, d, w.wk, w.bk, g * dk);
         const Vec val = affine(cb, m, d, w.wv, w.bv, g * dk);
+        if (v == "llama") rope(q, n, h, dk), rope(k, m, g, dk);
         Vec o(n * d, 0.0);
         for (std::size_t hh = 0; hh < h; ++hh) {
             const std::size_t kv = hh / r;
             const double slope = std::pow(2.0, -8.0 * double(hh + 1) / double(h));
             for (std::size_t i = 0; i < n; ++i) {
-                Vec s(m);
-                std::vector<bool> keep(m, true);
-                for (std::size_t j = 0; j < m; ++j) {
-                    double dot = 0;
-                    for (std::size_t t = 0; t < dk; ++t) dot += q[i * d + hh * dk + t] * k[j * g * dk + kv * dk + t];
-                    s[j] = dot / std::sqrt(double(dk));
-                    const long di = long(i) - long(j);
-                    if (v == "alibi") s[j] += -slope * std::abs(double(di));
-                    if ((v == "causal" || v == "alibi") && di < 0) keep[j] = false;
-                    if (v == "sliding-window")
-                        keep[j] = c.causal ? (di >= 0 && di < long(c.window)) : std::abs(di) < long(c.window);
-                    if (!c.lengths.empty() && long(j) >= c.lengths[b]) keep[j] = false;
+                Vec weight(m, 0.0);
+                for (std::size_t map = 0; map < maps; ++map) {
+                    Vec s(m);
+                    std::vector<bool> keep(m, true);
+                    for (std::size_t j = 0; j < m; ++j) {
+                        double dot = 0;
+                        for (std::size_t t = map * part; t < (map + 1) * part; ++t)
+                            dot += q[i * d + hh * dk + t] * k[j * g * dk + kv * dk + t];
+                        s[j] = dot / std::sqrt(double(part));
+                        const long di = long(i) - long(j);
+                        if (v == "alibi") s[j] += -slope * std::abs(double(di));
+                        if (v == "softcap") {
+                            const double cap = c.softcap.value_or(50.0);
+                            s[j] = cap * std::tanh(s[j] / cap);
+                        }
+                        keep[j] = keeps(c, long(i), long(j));
+                        if (!c.lengths.empty() && long(j) >= c.lengths[b]) keep[j] = false;
+                    }
+                    double mx = v == "sinks" ? w.sinks[hh] : -INFINITY;
+                    for (std::size_t j = 0; j < m; ++j)
+                        if (keep[j]) mx = std::max(mx, s[j]);
+                    double sum = v == "sinks" ? std::exp(w.sinks[hh] - mx) : 0.0;
+                    Vec e(m, 0.0);
+                    for (std::size_t j = 0; j < m; ++j)
+                        if (keep[j]) sum += (e[j] = std::exp(s[j] - mx));
+                    for (std::size_t j = 0; j < m; ++j) {
+                        const double a = sum > 0 ? e[j] / sum : 0.0;
+                        weight[j] += map == 0 ? a : -w.lambda * a;
+                    }
                 }
-                double mx = -INFINITY;
-                for (std::size_t j = 0; j < m; ++j)
-                    if (keep[j]) mx = std::max(mx, s[j]);
-                double sum = 0;
-                Vec e(m, 0.0);
-                for (std::size_t j = 0; j < m; ++j)
-                    if (keep[j]) sum += (e[j] = std::exp(s[j] - mx));
                 for (std::size_t j = 0; j < m; ++j) {
-                    const double a = sum > 0 ? e[j] / sum : 0.0;
-                    ref.a[((b * h + hh) * n + i) * m + j] = a;
-                    for (std::size_t t = 0; t < dk; ++t) o[i * d + hh * dk + t] += a * val[j * g * dk + kv * dk + t];
+                    ref.a[((b * h + hh) * n + i) * m + j] = weight[j];
+                    for (std::size_t t = 0; t < dk; ++t)
+                        o[i * d + hh * dk + t] += weight[j] * val[j * g * dk + kv * dk + t];
                 }
             }
         }
@@ -116,16 +187,21 @@ Reference reference(const graphs::VariantConfig& c, std::size_t g, const Weights
 }
 
 std::size_t kv_heads(const graphs::VariantConfig& c) {
-    return c.variant == "mqa" ? 1 : c.variant == "gqa" ? c.groups : c.heads;
+    return c.variant == "mqa" ? 1 : c.variant == "gqa" || (c.variant == "llama" && c.groups) ? c.groups : c.heads;
 }
 
-// The weights as the reference wants them, read from the graph's tensors.
+// The weights as the reference wants them, read from the graph's tensors (llama has no
+// biases: zeros).
 Weights weights_of(const Graph& gr, const graphs::VariantConfig& c) {
     const std::size_t d = c.d_model, dk = d / c.heads, gdk = kv_heads(c) * dk;
+    const bool biases = c.variant != "llama";
     Weights w;
     w.x = tensor_values(gr, "X");
     w.wo = tensor_values(gr, "Wo");
-    w.bo = tensor_values(gr, "bo");
+    w.bo = biases ? tensor_values(gr, "bo") : Vec(d, 0.0);
+    if (c.variant == "llama") w.norm_scale = tensor_values(gr, "norm_scale");
+    if (c.variant == "sinks") w.sinks = tensor_values(gr, "sinks");
+    if (c.variant == "diff") w.lambda = tensor_values(gr, "lambda").at(0);
     if (c.variant == "mha") {
         // per-head weights side by side
         Vec wq(d * d), wk(d * d), wv(d * d), bq(d), bk(d), bv(d);
@@ -149,12 +225,17 @@ Weights weights_of(const Graph& gr, const graphs::VariantConfig& c) {
         w.bk = columns(bkv, 1, 2 * gdk, 0, gdk), w.bv = columns(bkv, 1, 2 * gdk, gdk, gdk);
     } else {
         const std::size_t total = d + 2 * gdk;
-        const Vec wqkv = tensor_values(gr, "Wqkv"), bqkv = tensor_values(gr, "bqkv");
+        const Vec wqkv = tensor_values(gr, "Wqkv"), bqkv = biases ? tensor_values(gr, "bqkv") : Vec(total, 0.0);
         w.wq = columns(wqkv, d, total, 0, d), w.bq = columns(bqkv, 1, total, 0, d);
         w.wk = columns(wqkv, d, total, d, gdk), w.bk = columns(bqkv, 1, total, d, gdk);
         w.wv = columns(wqkv, d, total, d + gdk, gdk), w.bv = columns(bqkv, 1, total, d + gdk, gdk);
     }
     return w;
+}
+
+// The attention weights the reference's `a` is compared with.
+std::string weights_node(const graphs::VariantConfig& c) {
+    return c.variant == "diff" ? "A_diff" : "A";
 }
 
 double rel_diff(const Vec& got, const Vec& want) {
@@ -205,6 +286,28 @@ std::vector<graphs::VariantConfig> cases() {
     out.push_back(c);
     c = config("alibi", 2, 6, 8, 4), c.lengths = {6, 3};
     out.push_back(c);
+    c = config("llama", 2, 5, 16, 4), c.groups = 2, c.lengths = {5, 3};
+    out.push_back(c);
+    c = config("llama", 0, 4, 8, 2);  // X (1, n, d): RoPE's 3-D input has a batch axis
+    out.push_back(c);
+    c = config("softcap", 2, 6, 8, 2), c.softcap = 0.5, c.lengths = {6, 4};  // a cap the scores reach
+    out.push_back(c);
+    c = config("softcap", 2, 7, 8, 2), c.window = 3;  // Gemma 2's cap 50, a causal window
+    out.push_back(c);
+    c = config("sinks", 2, 5, 8, 2), c.lengths = {5, 0};  // sequence 1: the sinks take every row
+    out.push_back(c);
+    c = config("sinks", 0, 6, 8, 2), c.window = 2;
+    out.push_back(c);
+    c = config("diff", 2, 5, 16, 2), c.lengths = {5, 2};
+    out.push_back(c);
+    c = config("prefix-lm", 2, 6, 8, 2), c.prefix_length = 2;
+    out.push_back(c);
+    c = config("prefix-lm", 0, 4, 8, 2), c.prefix_length = 4;  // all prefix: bidirectional
+    out.push_back(c);
+    c = config("document", 2, 10, 8, 2), c.documents = {3, 5, 2};
+    out.push_back(c);
+    c = config("document", 2, 7, 8, 2), c.documents = {2, 4, 1}, c.causal = true, c.lengths = {7, 5};
+    out.push_back(c);
     return out;
 }
 
@@ -217,6 +320,8 @@ RunOptions keep_all(int threads = 0) {
 
 std::string label(const graphs::VariantConfig& c) {
     std::string s = c.variant + " B=" + std::to_string(c.batch) + " n=" + std::to_string(c.seq);
+    if (c.window) s += " window " + std::to_string(c.window);
+    if (c.causal) s += " causal";
     if (!c.lengths.empty()) s += " padded";
     return s;
 }
@@ -235,7 +340,7 @@ BOOST_DATA_TEST_CASE(variant_matches_plain_loop_reference, bdata::make({0, 1}), 
             const Reference ref = reference(c, kv_heads(c), weights_of(g, c));
             const double tol = f64 ? 1e-9 : 1e-5;
             BOOST_TEST(rel_diff(values(r.at(g, "Y")), ref.y) <= tol);
-            if (c.variant != "mha") BOOST_TEST(rel_diff(values(r.at(g, "A")), ref.a) <= tol);
+            if (c.variant != "mha") BOOST_TEST(rel_diff(values(r.at(g, weights_node(c))), ref.a) <= tol);
         }
     }
 }
@@ -245,7 +350,7 @@ BOOST_AUTO_TEST_CASE(backward_of_every_variant_matches_finite_differences) {
         c.dtype = DType::f64;
         BOOST_TEST_CONTEXT(label(c)) {
             const GradcheckResult r = gradcheck(graphs::build_variant(c));
-            BOOST_TEST(r.entries.size() >= 5u);
+            BOOST_TEST(r.entries.size() >= (c.variant == "llama" ? 4u : 5u));  // llama: X, norm_scale, Wqkv, Wo
             BOOST_TEST(r.max_rel_error < 1e-6, r.report());
         }
     }
@@ -253,7 +358,9 @@ BOOST_AUTO_TEST_CASE(backward_of_every_variant_matches_finite_differences) {
 
 BOOST_AUTO_TEST_CASE(causal_graphs_give_no_weight_to_later_keys) {
     for (auto c : cases()) {
-        if (c.variant != "causal" && c.variant != "alibi" && !(c.variant == "sliding-window" && c.causal)) continue;
+        const bool causal =
+            is_causal(c.variant) || (c.causal && (c.variant == "sliding-window" || c.variant == "document"));
+        if (!causal) continue;
         BOOST_TEST_CONTEXT(label(c)) {
             const Graph g = graphs::build_variant(c);
             const RunResult r = run(g, keep_all());
@@ -361,6 +468,33 @@ BOOST_AUTO_TEST_CASE(bad_sizes_are_clear_errors) {
     BOOST_CHECK_THROW(graphs::build_variant(c), GraphError);
     c = config("causal", 0, 4, 8, 2), c.lengths = {1};  // padding needs a batch axis
     BOOST_CHECK_THROW(graphs::build_variant(c), GraphError);
+    // the options of the new variants
+    c = config("llama", 2, 4, 6, 2);  // d_k = 3: RoPE pairs features
+    BOOST_CHECK_THROW(graphs::build_variant(c), GraphError);
+    c = config("diff", 2, 4, 6, 2);  // d_k = 3: no halves
+    BOOST_CHECK_THROW(graphs::build_variant(c), GraphError);
+    c = config("llama", 2, 4, 8, 4), c.groups = 3;
+    BOOST_CHECK_THROW(graphs::build_variant(c), GraphError);
+    for (double cap : {0.0, -1.0, double(INFINITY), double(NAN)}) {
+        c = config("softcap", 2, 4, 8, 2), c.softcap = cap;
+        BOOST_CHECK_THROW(graphs::build_variant(c), GraphError);
+    }
+    c = config("causal", 2, 4, 8, 2), c.softcap = 30.0;  // only softcap takes one
+    BOOST_CHECK_THROW(graphs::build_variant(c), GraphError);
+    c = config("prefix-lm", 2, 4, 8, 2);  // no prefix
+    BOOST_CHECK_THROW(graphs::build_variant(c), GraphError);
+    c = config("prefix-lm", 2, 4, 8, 2), c.prefix_length = 5;
+    BOOST_CHECK_THROW(graphs::build_variant(c), GraphError);
+    c = config("document", 2, 4, 8, 2);  // no documents
+    BOOST_CHECK_THROW(graphs::build_variant(c), GraphError);
+    c = config("document", 2, 4, 8, 2), c.documents = {2, 3};
+    BOOST_CHECK_THROW(graphs::build_variant(c), GraphError);
+    c = config("document", 2, 4, 8, 2), c.documents = {4, 0};
+    BOOST_CHECK_THROW(graphs::build_variant(c), GraphError);
+    c = config("causal", 2, 4, 8, 2), c.documents = {4};
+    BOOST_CHECK_THROW(graphs::build_variant(c), GraphError);
+    c = config("sinks", 2, 4, 8, 2), c.causal = true;  // sinks is causal already
+    BOOST_CHECK_THROW(graphs::build_variant(c), GraphError);
     c = config("flash", 1, 4, 8, 2);
     try {
         graphs::build_variant(c);
@@ -396,6 +530,23 @@ BOOST_AUTO_TEST_CASE(another_batch_size_and_sequence_length) {
     auto padded = config("causal", 2, 4, 8, 2);
     padded.lengths = {4, 2};  // one length per sequence: another batch size has none for sequence 2
     add(padded, 3, 4, true);
+    for (const char* v : {"softcap", "sinks", "diff"}) {
+        add(config(v, 2, 4, 8, 2), 3, 4, false);
+        add(config(v, 2, 4, 8, 2), 1, 7, false);
+    }
+    auto capped = config("softcap", 2, 5, 8, 2);
+    capped.window = 2, capped.softcap = 0.5;
+    add(capped, 3, 8, false);
+    // llama's positions, prefix-lm's and document's index tensors are Ranges of the n the graph
+    // was made for: another batch size runs, another n is refused
+    auto llama = config("llama", 2, 4, 16, 4), prefix = config("prefix-lm", 2, 4, 8, 2),
+         document = config("document", 2, 4, 8, 2);
+    llama.groups = 2, prefix.prefix_length = 2, document.documents = {1, 3}, document.causal = true;
+    for (const auto& built : {llama, prefix, document}) {
+        add(built, 3, 4, false);
+        add(built, 1, 4, false);
+        add(built, 2, 6, true);
+    }
     for (const auto& k : list) {
         BOOST_TEST_CONTEXT(label(k.built) << " built, fed B=" << k.batch << " n=" << k.seq) {
             const Graph g = graphs::build_variant(k.built);
@@ -484,4 +635,73 @@ BOOST_AUTO_TEST_CASE(decode_backward_matches_finite_differences) {
     const GradcheckResult r = gradcheck(graphs::build_variant(c));
     BOOST_TEST(r.entries.size() >= 7u);  // X, past_key, past_value, Wqkv, bqkv, Wo, bo
     BOOST_TEST(r.max_rel_error < 1e-6, r.report());
+}
+
+// issue 12 §2: prefix-lm's and document's masks are made of index and comparison ops
+// (FlexAttention's mask_mod), not of a Mask pattern: every Mask node reads a keep tensor.
+BOOST_AUTO_TEST_CASE(index_masks_are_made_of_range_and_comparisons) {
+    auto prefix = config("prefix-lm", 2, 6, 8, 2);
+    prefix.prefix_length = 3;
+    auto document = config("document", 2, 6, 8, 2);
+    document.documents = {2, 4};
+    document.causal = true;
+    for (const auto& c : {prefix, document}) {
+        BOOST_TEST_CONTEXT(label(c)) {
+            const Graph g = graphs::build_variant(c);
+            std::map<std::string, int> ops;
+            for (const Node& n : g.nodes()) {
+                ++ops[n.op->name];
+                if (const auto* m = n.attrs_if<ops::Mask>()) {
+                    BOOST_TEST(!m->pattern.has_value(), n.name);
+                    BOOST_TEST(n.inputs.size() == 2u, n.name);
+                }
+            }
+            BOOST_TEST(ops["Mask"] == 1);
+            BOOST_TEST(ops["Range"] >= 2);
+            BOOST_TEST(ops["Less"] >= 1);
+            BOOST_TEST((ops[c.variant == "document" ? "Equal" : "Where"] == 1));
+            // the keep tensor is (n, n): one for every sequence and head
+            const RunResult r = run(g, keep_all());
+            BOOST_TEST((r.at(g, "keep").shape() == Shape{6, 6}));
+        }
+    }
+}
+
+// sinks: the sink takes a share of every row, so the weights of a row sum to less than 1,
+// and a row without keys (a padded sequence) gives all its weight to the sink.
+BOOST_AUTO_TEST_CASE(sinks_take_weight_from_every_row) {
+    auto c = config("sinks", 2, 5, 8, 2);
+    c.lengths = {5, 0};
+    const Graph g = graphs::build_variant(c);
+    const RunResult r = run(g, keep_all());
+    const Tensor& a = r.at(g, "A");
+    BOOST_TEST((a.shape() == Shape{2, 2, 5, 5}));
+    BOOST_TEST((r.at(g, "A_sinks").shape() == Shape{2, 2, 5, 6}));
+    for (std::size_t row = 0; row < 2 * 2 * 5; ++row) {
+        double sum = 0;
+        for (std::size_t j = 0; j < 5; ++j) sum += a.at_flat(row * 5 + j);
+        if (row < 2 * 5)
+            BOOST_TEST((sum > 0.0 && sum < 1.0), "row " << row << " sums to " << sum);
+        else
+            BOOST_TEST(sum == 0.0, "row " << row);
+    }
+}
+
+// llama: no biases, the RMSNorm before the projections, RoPE with the cos/sin tables computed
+// in the graph from Range (so the graph holds no table of n rows).
+BOOST_AUTO_TEST_CASE(llama_has_rmsnorm_rope_and_no_biases) {
+    auto c = config("llama", 2, 6, 16, 4);
+    c.groups = 2;
+    const Graph g = graphs::build_variant(c);
+    for (const char* absent : {"bqkv", "bo"}) BOOST_TEST(g.find(absent) < 0, absent);
+    std::map<std::string, int> ops;
+    for (const Node& n : g.nodes()) ++ops[n.op->name];
+    BOOST_TEST(ops["RMSNormalization"] == 1);
+    BOOST_TEST(ops["RotaryEmbedding"] == 2);
+    BOOST_TEST((g.value(g.at("cos_cache")).shape == Shape{6, 2}));
+    BOOST_TEST((g.value(g.at("Q")).shape == Shape{2, 2, 2, 6, 4}));  // (B, g, r, n, d_k)
+    std::set<std::string> tensors;
+    for (const auto& v : g.values())
+        if (v.data) tensors.insert(v.name);
+    BOOST_TEST((tensors == std::set<std::string>{"X", "norm_scale", "Wqkv", "Wo"}));
 }
