@@ -554,18 +554,26 @@ RunResult Executor::run(const Graph& graph, const RunOptions& options) {
 }
 
 void Executor::execute(const TaskGraph& graph, const std::function<bool(std::size_t)>& task) {
+    // The arena may run the job on one of its own threads. The job is a named functor, not a
+    // lambda: its operator() announces the hand-off on its own address (`this`, which needs no
+    // read of the caller's memory) before it reads what the caller wrote.
+    struct Job {
+        TaskRun* run;
+        bool parallel;
+        void operator()() const {
+            tsan_acquire(this);
+            if (parallel)
+                run->run_parallel();
+            else
+                run->run_inline();
+            tsan_release(this);
+        }
+    };
     TaskRun run(graph, task);
-    const bool parallel = m_impl->threads > 1 && graph.work > inline_work_limit;
-    tsan_release(&run);  // the arena may run the functor on one of its own threads
-    m_impl->arena.execute([&] {
-        tsan_acquire(&run);
-        if (parallel)
-            run.run_parallel();
-        else
-            run.run_inline();
-        tsan_release(&run);
-    });
-    tsan_acquire(&run);
+    const Job job{&run, m_impl->threads > 1 && graph.work > inline_work_limit};
+    tsan_release(&job);
+    m_impl->arena.execute(job);
+    tsan_acquire(&job);
     run.rethrow();
 }
 
