@@ -15,6 +15,8 @@
 #include "graphs/mha.hpp"
 #include "ops/ops.hpp"
 
+BOOST_AUTO_TEST_SUITE(test_attention_backward)
+
 using namespace attngraph;
 namespace bdata = boost::unit_test::data;
 
@@ -305,3 +307,5 @@ BOOST_AUTO_TEST_CASE(mha_graph_fused_backward_matches_the_per_node_backward) {
                 BOOST_TEST(rel_error(fused.at(v.name), w) <= 2e-5);
             }
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_attention_backward

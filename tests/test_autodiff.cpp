@@ -17,6 +17,8 @@
 #include "ops/ops.hpp"
 #include "support/helpers.hpp"
 
+BOOST_AUTO_TEST_SUITE(test_autodiff)
+
 using namespace attngraph;
 namespace bdata = boost::unit_test::data;
 
@@ -114,7 +116,9 @@ BOOST_AUTO_TEST_CASE(shared_inputs_and_several_outputs) {
 namespace {
 struct HalvesAttrs {};
 }  // namespace
-BOOST_HANA_ADAPT_STRUCT(HalvesAttrs);
+BOOST_AUTO_TEST_SUITE_END()  // Hana adapts structs in the global namespace only
+BOOST_HANA_ADAPT_STRUCT(test_autodiff::HalvesAttrs);
+BOOST_AUTO_TEST_SUITE(test_autodiff)
 namespace {
 struct Halves {
     static constexpr const char* name = "HalvesTestOp";
@@ -290,7 +294,9 @@ BOOST_AUTO_TEST_CASE(values_that_reach_no_output_get_zero_gradients) {
 namespace {
 struct NoGradAttrs {};
 }  // namespace
-BOOST_HANA_ADAPT_STRUCT(NoGradAttrs);
+BOOST_AUTO_TEST_SUITE_END()  // Hana adapts structs in the global namespace only
+BOOST_HANA_ADAPT_STRUCT(test_autodiff::NoGradAttrs);
+BOOST_AUTO_TEST_SUITE(test_autodiff)
 namespace {
 struct NoGrad {
     static constexpr const char* name = "NoGradTestOp";
@@ -348,3 +354,5 @@ BOOST_AUTO_TEST_CASE(errors_are_typed_and_name_what_is_wrong) {
     after.wrt = {"opaque"};
     BOOST_TEST(backward(ng, forward(ng), {}, after).at("opaque").at_flat(0) == 3.0);
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_autodiff

@@ -6,6 +6,8 @@
 
 #include "support/helpers.hpp"
 
+BOOST_AUTO_TEST_SUITE(test_bench_cli)
+
 using namespace attngraph;
 
 namespace {
@@ -148,3 +150,5 @@ BOOST_AUTO_TEST_CASE(bench_errors_are_one_line) {
         }
     }
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_bench_cli

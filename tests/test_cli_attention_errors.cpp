@@ -5,6 +5,8 @@
 
 #include "support/helpers.hpp"
 
+BOOST_AUTO_TEST_SUITE(test_cli_attention_errors)
+
 using namespace attngraph;
 using test::run_cli;
 namespace fs = std::filesystem;
@@ -177,3 +179,5 @@ BOOST_AUTO_TEST_CASE(pow_of_a_negative_base_is_nan_that_check_finite_names) {
     BOOST_TEST(checked.err.find("'scores' (Pow)") != std::string::npos, checked.err);
     BOOST_TEST(checked.err.find("4 non-finite values") != std::string::npos, checked.err);
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_cli_attention_errors

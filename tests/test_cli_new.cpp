@@ -8,6 +8,8 @@
 #include "graphs/mha.hpp"
 #include "support/helpers.hpp"
 
+BOOST_AUTO_TEST_SUITE(test_cli_new)
+
 using namespace attngraph;
 using test::run_cli;
 namespace fs = std::filesystem;
@@ -246,3 +248,5 @@ BOOST_AUTO_TEST_CASE(bad_arguments_are_one_line_errors_and_write_nothing) {
     }
     BOOST_TEST(fs::is_empty(dir.path));
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_cli_new

@@ -11,6 +11,8 @@
 
 #include "support/helpers.hpp"
 
+BOOST_AUTO_TEST_SUITE(test_docs_cpp_api)
+
 using namespace attngraph;
 
 namespace {
@@ -113,3 +115,5 @@ BOOST_AUTO_TEST_CASE(the_readme_cpp_example_is_the_install_test_program) {
     }
     BOOST_TEST(checked >= 8u);
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_docs_cpp_api

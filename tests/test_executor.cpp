@@ -22,6 +22,8 @@
 #include "support/op_test.hpp"
 #include "support/reference_mha.hpp"
 
+BOOST_AUTO_TEST_SUITE(test_executor)
+
 using namespace attngraph;
 using namespace attngraph::test;
 namespace bdata = boost::unit_test::data;
@@ -78,7 +80,9 @@ namespace {
 // An op whose forward throws, to see errors cross the worker threads.
 struct FailingAttrs {};
 }  // namespace
-BOOST_HANA_ADAPT_STRUCT(FailingAttrs);
+BOOST_AUTO_TEST_SUITE_END()  // Hana adapts structs in the global namespace only
+BOOST_HANA_ADAPT_STRUCT(test_executor::FailingAttrs);
+BOOST_AUTO_TEST_SUITE(test_executor)
 namespace {
 struct Failing {
     static constexpr const char* name = "TestFailing";
@@ -408,3 +412,5 @@ BOOST_AUTO_TEST_CASE(thread_counts) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE_END()  // test_executor

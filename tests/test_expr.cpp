@@ -16,6 +16,8 @@
 #include "graphs/mha.hpp"
 #include "support/helpers.hpp"
 
+BOOST_AUTO_TEST_SUITE(test_expr)
+
 using namespace attngraph;
 namespace ex = attngraph::expr;
 
@@ -446,7 +448,9 @@ BOOST_AUTO_TEST_CASE(errors_name_the_node_and_shapes) {
 namespace {
 struct SquareAttrs {};
 }  // namespace
-BOOST_HANA_ADAPT_STRUCT(SquareAttrs);
+BOOST_AUTO_TEST_SUITE_END()  // Hana adapts structs in the global namespace only
+BOOST_HANA_ADAPT_STRUCT(test_expr::SquareAttrs);
+BOOST_AUTO_TEST_SUITE(test_expr)
 namespace {
 // y = x², elementwise
 struct Square {
@@ -480,3 +484,5 @@ BOOST_AUTO_TEST_CASE(an_op_of_ones_own_evaluates_and_differentiates) {
         BOOST_TEST(d[0].at_flat(i) == slope[i]);
     }
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_expr

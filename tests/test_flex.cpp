@@ -18,6 +18,8 @@
 #include "ops/ops.hpp"
 #include "support/helpers.hpp"
 
+BOOST_AUTO_TEST_SUITE(test_flex)
+
 using namespace attngraph;
 namespace fs = std::filesystem;
 using Vec = std::vector<double>;
@@ -289,3 +291,5 @@ BOOST_AUTO_TEST_CASE(another_batch_size_runs_another_length_is_refused) {
         }
     }
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_flex

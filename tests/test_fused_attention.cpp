@@ -22,6 +22,8 @@
 #include "ops/ops.hpp"
 #include "support/helpers.hpp"
 
+BOOST_AUTO_TEST_SUITE(test_fused_attention)
+
 using namespace attngraph;
 
 namespace {
@@ -562,3 +564,5 @@ BOOST_AUTO_TEST_CASE(attention_composite_with_masks_softcap_groups_and_past) {
         }
     }
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_fused_attention

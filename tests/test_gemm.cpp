@@ -13,6 +13,8 @@
 
 #include "engine/gemm.hpp"
 
+BOOST_AUTO_TEST_SUITE(test_gemm)
+
 using namespace attngraph;
 using Types = boost::mpl::list<float, double>;
 
@@ -149,3 +151,5 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(every_selectable_kernel_against_plain_loops, T, Ty
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE_END()  // test_gemm

@@ -12,6 +12,8 @@
 #include "graphs/mha.hpp"
 #include "support/helpers.hpp"
 
+BOOST_AUTO_TEST_SUITE(test_grad_cli)
+
 using namespace attngraph;
 namespace fs = std::filesystem;
 namespace bdata = boost::unit_test::data;
@@ -186,3 +188,5 @@ BOOST_AUTO_TEST_CASE(several_outputs_need_named_output_grads) {
     const Tensor dx = load_npy(tmp.path / "t" / "grad" / "x.npy");
     for (std::size_t i = 0; i < 4; ++i) BOOST_TEST(std::abs(dx.at_flat(i) - 1.0) <= 1e-15);
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_grad_cli

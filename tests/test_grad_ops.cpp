@@ -13,6 +13,8 @@
 #include "graphs/mha.hpp"
 #include "ops/ops.hpp"
 
+BOOST_AUTO_TEST_SUITE(test_grad_ops)
+
 using namespace attngraph;
 namespace bdata = boost::unit_test::data;
 using nlohmann::json;
@@ -175,3 +177,5 @@ BOOST_AUTO_TEST_CASE(fully_masked_softmax_row_has_zero_gradient) {
     BOOST_TEST(std::isfinite(grads.at("x").at_flat(2)));
     BOOST_TEST(grads.at("x").at_flat(2) != 0.0);
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_grad_ops

@@ -19,6 +19,8 @@
 #include "support/helpers.hpp"
 #include "support/op_test.hpp"
 
+BOOST_AUTO_TEST_SUITE(test_graph)
+
 using namespace attngraph;
 using namespace attngraph::test;
 using nlohmann::json;
@@ -580,7 +582,9 @@ namespace {
 // Splits the last axis into two halves: x (..., 2m) -> (..., m), (..., m).
 struct SplitAttrs {};
 }  // namespace
-BOOST_HANA_ADAPT_STRUCT(SplitAttrs);
+BOOST_AUTO_TEST_SUITE_END()  // Hana adapts structs in the global namespace only
+BOOST_HANA_ADAPT_STRUCT(test_graph::SplitAttrs);
+BOOST_AUTO_TEST_SUITE(test_graph)
 namespace {
 struct Split2 {
     static constexpr const char* name = "TestSplit2";
@@ -680,3 +684,5 @@ BOOST_AUTO_TEST_CASE(names_from_cpp) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE_END()  // test_graph

@@ -15,6 +15,8 @@
 #include "ops/ops.hpp"
 #include "support/helpers.hpp"
 
+BOOST_AUTO_TEST_SUITE(test_hardening_limits)
+
 using namespace attngraph;
 namespace fs = std::filesystem;
 
@@ -287,3 +289,5 @@ BOOST_AUTO_TEST_CASE(deeply_nested_json_gives_errors_not_stack_overflows) {
         "nodes": [{"name": "Y", "op": "Scale", "inputs": ["X"], "attrs": {"factor": 2}}]})");
     BOOST_TEST(g.nodes().size() == 1u);
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_hardening_limits

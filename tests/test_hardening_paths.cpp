@@ -8,6 +8,8 @@
 #include "engine/npy.hpp"
 #include "support/helpers.hpp"
 
+BOOST_AUTO_TEST_SUITE(test_hardening_paths)
+
 using namespace attngraph;
 namespace fs = std::filesystem;
 
@@ -129,3 +131,5 @@ BOOST_AUTO_TEST_CASE(names_never_create_files_outside_the_trace_directory) {
     for (const auto& e : fs::directory_iterator(cwd.path / "work")) entries += e.path().filename() != "g.json";
     BOOST_TEST(entries == 0u);
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_hardening_paths

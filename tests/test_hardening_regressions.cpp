@@ -12,6 +12,8 @@
 #include "onnx/import.hpp"
 #include "support/helpers.hpp"
 
+BOOST_AUTO_TEST_SUITE(test_hardening_regressions)
+
 using namespace attngraph;
 namespace fs = std::filesystem;
 
@@ -61,3 +63,5 @@ BOOST_AUTO_TEST_CASE(every_regression_input_gives_its_typed_error) {
     }
     BOOST_TEST(replayed >= 9u);
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_hardening_regressions

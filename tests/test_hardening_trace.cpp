@@ -15,6 +15,8 @@
 #include "engine/npy.hpp"
 #include "support/helpers.hpp"
 
+BOOST_AUTO_TEST_SUITE(test_hardening_trace)
+
 using namespace attngraph;
 namespace fs = std::filesystem;
 
@@ -165,3 +167,5 @@ BOOST_AUTO_TEST_CASE(force_replaces_a_trace_in_one_step) {
     BOOST_TEST(missing == 0, missing << " of " << polls << " polls found no manifest");
     BOOST_TEST(!has_temporary(cwd.path, "t"));
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_hardening_trace

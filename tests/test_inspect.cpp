@@ -12,6 +12,8 @@
 #include "graphs/mha.hpp"
 #include "support/helpers.hpp"
 
+BOOST_AUTO_TEST_SUITE(test_inspect)
+
 using namespace attngraph;
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -439,3 +441,5 @@ BOOST_AUTO_TEST_CASE(check_finite_names_the_first_node_fed_a_nan_and_keeps_a_par
     const auto through = test::run_cli("run nan.json", tmp.path);
     BOOST_TEST(through.code == 0, through.err);
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_inspect

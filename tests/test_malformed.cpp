@@ -13,6 +13,8 @@
 #include "engine/graph_file.hpp"
 #include "support/helpers.hpp"
 
+BOOST_AUTO_TEST_SUITE(test_malformed)
+
 using namespace attngraph;
 namespace fs = std::filesystem;
 
@@ -206,3 +208,5 @@ BOOST_AUTO_TEST_CASE(zero_length_axes_are_accepted) {
         }
     }
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_malformed

@@ -11,6 +11,8 @@
 #include "engine/npy.hpp"
 #include "support/helpers.hpp"
 
+BOOST_AUTO_TEST_SUITE(test_npy_formats)
+
 using namespace attngraph;
 using namespace attngraph::test;
 namespace fs = std::filesystem;
@@ -172,3 +174,5 @@ json.dump((X @ W.T).ravel().tolist(), open(f'{d}/y.json', 'w'))
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE_END()  // test_npy_formats

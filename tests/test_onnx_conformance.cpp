@@ -15,6 +15,8 @@
 #include "onnx/import.hpp"
 #include "support/helpers.hpp"
 
+BOOST_AUTO_TEST_SUITE(test_onnx_conformance)
+
 using namespace attngraph;
 using namespace attngraph::test;
 namespace fs = std::filesystem;
@@ -117,3 +119,5 @@ BOOST_AUTO_TEST_CASE(every_onnx_backend_node_case) {
                 cases.size(), failed_as_known);
     for (const auto& k : known) BOOST_TEST(fs::is_directory(data_dir / k), "known failure " << k << " is no case");
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_onnx_conformance

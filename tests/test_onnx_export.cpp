@@ -8,6 +8,8 @@
 
 #include "support/helpers.hpp"
 
+BOOST_AUTO_TEST_SUITE(test_onnx_export)
+
 using namespace attngraph;
 using namespace attngraph::test;
 namespace fs = std::filesystem;
@@ -94,3 +96,5 @@ BOOST_AUTO_TEST_CASE(every_graph_exported_and_imported_again_gives_the_same_bits
     }
     BOOST_TEST(checked >= 23u);  // the seed, the fifteen variants, the seven FlexAttention examples
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_onnx_export

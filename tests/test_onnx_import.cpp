@@ -12,6 +12,8 @@
 #include "engine/npy.hpp"
 #include "support/helpers.hpp"
 
+BOOST_AUTO_TEST_SUITE(test_onnx_import)
+
 using namespace attngraph;
 using namespace attngraph::test;
 namespace fs = std::filesystem;
@@ -414,3 +416,5 @@ BOOST_AUTO_TEST_CASE(an_imported_attention_expands_into_traced_steps) {
     const CliResult c = run_cli("check attn.onnx", tmp.path);
     BOOST_TEST(c.out.find("  Y -> layer.attn.O\n") != std::string::npos, c.out);
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_onnx_import

@@ -10,6 +10,8 @@
 #include "engine/npy.hpp"
 #include "support/helpers.hpp"
 
+BOOST_AUTO_TEST_SUITE(test_onnx_torch)
+
 using namespace attngraph;
 using namespace attngraph::test;
 namespace fs = std::filesystem;
@@ -90,3 +92,5 @@ BOOST_AUTO_TEST_CASE(bert_style_layer_with_gelu_runs_with_pytorchs_output) {
     for (std::size_t row = 0; row < a.size() / 7; ++row)  // keys 5 and 6 are padding
         BOOST_TEST(a.at_flat(row * 7 + 5) + a.at_flat(row * 7 + 6) <= 1e-6);
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_onnx_torch

@@ -18,6 +18,8 @@
 #include "support/helpers.hpp"
 #include "support/reference_mha.hpp"
 
+BOOST_AUTO_TEST_SUITE(test_optimize)
+
 using namespace attngraph;
 namespace bdata = boost::unit_test::data;
 
@@ -278,3 +280,5 @@ BOOST_DATA_TEST_CASE(softmax_kernel_matches_scalar_softmax, bdata::make({1, 3, 7
     softmax_rows<float>(z.data(), z.data(), rows, n, scale, true);
     BOOST_TEST(std::memcmp(z.data(), y.data(), y.size() * sizeof(float)) == 0);
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_optimize

@@ -16,6 +16,8 @@
 #include "engine/patch.hpp"
 #include "support/helpers.hpp"
 
+BOOST_AUTO_TEST_SUITE(test_patch)
+
 using namespace attngraph;
 using namespace attngraph::test;
 namespace fs = std::filesystem;
@@ -240,3 +242,5 @@ BOOST_AUTO_TEST_CASE(cli_grad_patch_treats_the_patched_value_as_a_constant) {
                        "error: patch head1.Wq: 'head1.Wq' is a param tensor, not a node output (replace it with "
                        "--input head1.Wq=FILE.npy)\n");
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_patch

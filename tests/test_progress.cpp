@@ -14,6 +14,8 @@
 #include "graphs/mha.hpp"
 #include "support/helpers.hpp"
 
+BOOST_AUTO_TEST_SUITE(test_progress)
+
 using namespace attngraph;
 using namespace attngraph::test;
 
@@ -88,3 +90,5 @@ BOOST_AUTO_TEST_CASE(backward_progress_counts_every_node_that_runs) {
         }
     }
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_progress

@@ -11,6 +11,8 @@
 #include "graphs/mha.hpp"
 #include "support/helpers.hpp"
 
+BOOST_AUTO_TEST_SUITE(test_report)
+
 using namespace attngraph;
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -246,3 +248,5 @@ BOOST_AUTO_TEST_CASE(long_sequences_are_embedded_downsampled) {
     for (int h = 1; h <= 4; ++h)
         BOOST_TEST(dom.find("data-name=\"head" + std::to_string(h) + ".A\"") != std::string::npos);
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_report

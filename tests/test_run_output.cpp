@@ -11,6 +11,8 @@
 #include "engine/npy.hpp"
 #include "support/helpers.hpp"
 
+BOOST_AUTO_TEST_SUITE(test_run_output)
+
 using namespace attngraph;
 using namespace attngraph::test;
 namespace fs = std::filesystem;
@@ -152,3 +154,5 @@ BOOST_AUTO_TEST_CASE(quiet_prints_nothing_but_errors_on_every_command) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE_END()  // test_run_output

@@ -13,6 +13,8 @@
 #include "engine/safetensors.hpp"
 #include "support/helpers.hpp"
 
+BOOST_AUTO_TEST_SUITE(test_safetensors)
+
 using namespace attngraph;
 using namespace attngraph::test;
 namespace fs = std::filesystem;
@@ -202,3 +204,5 @@ BOOST_AUTO_TEST_CASE(new_weights_from_places_the_projections) {
         run_cli("new mqa --seq 3 --d-model 4 --heads 2 --weights-from m.safetensors -o h.json", dir.path);
     BOOST_TEST(missing.err.find("no tensor 'q_proj.weight'") != std::string::npos, missing.err);
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_safetensors

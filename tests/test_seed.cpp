@@ -8,6 +8,8 @@
 #include "graphs/mha.hpp"
 #include "support/helpers.hpp"
 
+BOOST_AUTO_TEST_SUITE(test_seed)
+
 using namespace attngraph;
 namespace bdata = boost::unit_test::data;
 
@@ -48,3 +50,5 @@ BOOST_AUTO_TEST_CASE(seed_builder_matches_file_bit_for_bit) {
         BOOST_TEST_CONTEXT("value " << name) { BOOST_TEST((a.at(from_file, name) == b.at(from_code, name))); }
     }
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_seed

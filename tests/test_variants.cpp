@@ -18,6 +18,8 @@
 #include "ops/ops.hpp"
 #include "support/helpers.hpp"
 
+BOOST_AUTO_TEST_SUITE(test_variants)
+
 using namespace attngraph;
 namespace bdata = boost::unit_test::data;
 using Vec = std::vector<double>;
@@ -705,3 +707,5 @@ BOOST_AUTO_TEST_CASE(llama_has_rmsnorm_rope_and_no_biases) {
         if (v.data) tensors.insert(v.name);
     BOOST_TEST((tensors == std::set<std::string>{"X", "norm_scale", "Wqkv", "Wo"}));
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_variants

@@ -12,6 +12,8 @@
 #include "ops/ops.hpp"
 #include "support/helpers.hpp"
 
+BOOST_AUTO_TEST_SUITE(test_vocab_graph_file)
+
 using namespace attngraph;
 using namespace attngraph::test;
 using nlohmann::json;
@@ -136,3 +138,5 @@ BOOST_AUTO_TEST_CASE(docs_list_every_op) {
             (doc.find("| `" + name + "`") != std::string::npos || doc.find(", `" + name + "`") != std::string::npos),
             name << " has no row in docs/ops.md");
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_vocab_graph_file
