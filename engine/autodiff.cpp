@@ -375,7 +375,7 @@ private:
         const ValueInfo& info = m_graph.value(id);
         if (!m_forward[v])
             throw GraphError("backward of node '" + node.name + "' (" + node.op->name + ") needs value '" + info.name +
-                             "', which the forward run did not keep (run with keep_all)");
+                             "', which the forward run did not keep (run with keep_for_backward or keep_all)");
         const Shape have(m_forward[v]->shape().begin(), m_forward[v]->shape().end());
         if (have != info.shape)
             throw ShapeError("forward value '" + info.name + "' is " + shape_str(have) + " but graph '" +

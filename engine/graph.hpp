@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/error.hpp"
 #include "engine/op.hpp"
 #include "engine/tensor.hpp"
 
@@ -59,7 +60,11 @@ public:
     RunCacheSlot(RunCacheSlot&&) noexcept = default;
     RunCacheSlot& operator=(RunCacheSlot&&) noexcept = default;
     ~RunCacheSlot();
-    RunCache& get() const { return *m_cache; }
+    /// @throws Error for a moved-from graph (its cache went with the move)
+    RunCache& get() const {
+        if (!m_cache) throw Error("this graph was moved from: it has no nodes and cannot run");
+        return *m_cache;
+    }
     /// Shares `other`'s cache (with_tensors, when no shape changed).
     void share(const RunCacheSlot& other) { m_cache = other.m_cache; }
 

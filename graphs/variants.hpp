@@ -30,7 +30,7 @@ struct VariantConfig {
     std::string variant = "mha-batched";
     std::size_t batch = 0;   ///< 0: X is (n, d_model); B > 0: X is (B, n, d_model)
     std::size_t seq = 4;     ///< n, queries
-    std::size_t kv_seq = 0;  ///< m, keys and values of cross-attention (0: = seq)
+    std::size_t kv_seq = 0;  ///< m, the length of cross-attention's keys and values (cross only, required)
     std::size_t d_model = 8;
     std::size_t heads = 2;     ///< h
     std::size_t groups = 0;    ///< g, K/V heads of gqa (0: = heads; mqa: 1)

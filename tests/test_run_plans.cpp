@@ -17,6 +17,8 @@
 #include "support/helpers.hpp"
 #include "support/reference_mha.hpp"
 
+BOOST_AUTO_TEST_SUITE(test_run_plans)
+
 using namespace attngraph;
 namespace bdata = boost::unit_test::data;
 
@@ -299,6 +301,18 @@ BOOST_AUTO_TEST_CASE(a_run_over_the_arena_limit_allocates_per_run) {
     BOOST_TEST(run_cache_stats(small).arenas_made == 1u);
 }
 
+// A moved-from graph (its nodes and its run cache went with the move) refuses to run with an
+// Error instead of crashing; the graph it was moved into runs with the seed's values.
+BOOST_AUTO_TEST_CASE(a_moved_from_graph_refuses_to_run) {
+    Graph from = cases()[0].graph;
+    const RunResult want = uncached_run(from, {});
+    const Graph to = std::move(from);
+    BOOST_CHECK_EXCEPTION(run(from, {}), Error, [](const Error& e) {
+        return std::string(e.what()).find("moved from") != std::string::npos;
+    });
+    BOOST_TEST((run(to, {}).at(to, "Y") == want.at(to, "Y")));
+}
+
 // Several threads run one graph at once, each on its own executor of 1, 2, 4 or 8 threads
 // and all on one shared executor: every run gets the bits of the fresh run.
 BOOST_AUTO_TEST_CASE(concurrent_runs_of_one_graph) {
@@ -343,3 +357,5 @@ BOOST_AUTO_TEST_CASE(concurrent_runs_of_one_graph) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE_END()  // test_run_plans
