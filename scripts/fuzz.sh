@@ -14,7 +14,7 @@ cmake --build --preset asan --target fuzz_graph_file fuzz_npy fuzz_onnx
 bin=build/asan/fuzz
 findings=build/asan/findings
 work=$(mktemp -d)
-trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$work"' EXIT
+trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
 mkdir -p "$findings" "$work/graph" "$work/npy" "$work/onnx"
 common=(-max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$findings/")
 # The three loaders fuzz at once (SECONDS of wall time each, sharing the machine's cores), so
