@@ -29,11 +29,12 @@ std::vector<T> random_values(std::size_t count, unsigned seed) {
     return v;
 }
 
-// C = alpha·op(A)·op(B) + beta·C in long double, one element at a time.
+// op(A)·op(B) in long double, one element at a time (m x n, row-major).
 template <class T>
-std::vector<T> reference(bool ta, bool tb, std::size_t m, std::size_t n, std::size_t k, T alpha,
-                         const std::vector<T>& a, std::size_t lda, const std::vector<T>& b, std::size_t ldb, T beta,
-                         std::vector<T> c, std::size_t ldc) {
+std::vector<long double> reference_product(bool ta, bool tb, std::size_t m, std::size_t n, std::size_t k,
+                                           const std::vector<T>& a, std::size_t lda, const std::vector<T>& b,
+                                           std::size_t ldb) {
+    std::vector<long double> ab(m * n);
     for (std::size_t i = 0; i < m; ++i)
         for (std::size_t j = 0; j < n; ++j) {
             long double sum = 0;
@@ -42,8 +43,18 @@ std::vector<T> reference(bool ta, bool tb, std::size_t m, std::size_t n, std::si
                 const long double bv = tb ? b[j * ldb + p] : b[p * ldb + j];
                 sum += av * bv;
             }
-            c[i * ldc + j] = static_cast<T>(alpha * sum + beta * static_cast<long double>(c[i * ldc + j]));
+            ab[i * n + j] = sum;
         }
+    return ab;
+}
+
+// C = alpha·AB + beta·C, AB from reference_product.
+template <class T>
+std::vector<T> reference(const std::vector<long double>& ab, std::size_t m, std::size_t n, T alpha, T beta,
+                         std::vector<T> c, std::size_t ldc) {
+    for (std::size_t i = 0; i < m; ++i)
+        for (std::size_t j = 0; j < n; ++j)
+            c[i * ldc + j] = static_cast<T>(alpha * ab[i * n + j] + beta * static_cast<long double>(c[i * ldc + j]));
     return c;
 }
 
@@ -51,8 +62,11 @@ struct Case {
     std::size_t m, n, k;
 };
 
-// Row and column block edges (128 rows, 256 columns), one-element and empty sums.
-const Case cases[] = {{1, 1, 1}, {3, 5, 7}, {129, 257, 33}, {128, 256, 64}, {200, 600, 300}, {17, 513, 5}, {4, 3, 0}};
+// Row and column block edges (128 rows, 256 columns), one-element and empty sums, and blocks
+// of at most 1024 multiply-adds (the plain loop: 3x5x7, 32x32x1 at the limit, 2x300x1 over two
+// column blocks).
+const Case cases[] = {{1, 1, 1},   {3, 5, 7},   {129, 257, 33}, {128, 256, 64}, {200, 600, 300},
+                      {17, 513, 5}, {4, 3, 0}, {32, 32, 1},    {2, 300, 1}};
 
 // One product to check: its operands, and the reference result computed once for every kernel.
 template <class T>
@@ -75,9 +89,10 @@ std::vector<Problem<T>> problems() {
             const auto a = random_values<T>((ta ? c.k : c.m) * lda, seed++);
             const auto b = random_values<T>((tb ? c.n : c.k) * ldb, seed++);
             const auto c0 = random_values<T>(c.m * ldc, seed++);
+            const auto ab = reference_product<T>(ta, tb, c.m, c.n, c.k, a, lda, b, ldb);
             for (const T beta : {T(0), T(0.5)}) {
                 const T alpha = T(1.25);
-                auto want = reference<T>(ta, tb, c.m, c.n, c.k, alpha, a, lda, b, ldb, beta, c0, ldc);
+                auto want = reference<T>(ab, c.m, c.n, alpha, beta, c0, ldc);
                 all.push_back({c, ta, tb, lda, ldb, ldc, alpha, beta, a, b, c0, std::move(want)});
             }
         }
