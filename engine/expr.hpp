@@ -400,6 +400,163 @@ auto permute(X&& x, std::vector<int> perm) {
     return expr::node<ops::Permute>({{std::move(perm)}}, std::forward<X>(x));
 }
 
+// Elementwise, with numpy broadcasting where two or three operands meet.
+/// a·b
+template <Expression A, Expression B>
+auto mul(A&& a, B&& b) {
+    return expr::node<ops::Mul>({}, std::forward<A>(a), std::forward<B>(b));
+}
+/// a − b
+template <Expression A, Expression B>
+auto sub(A&& a, B&& b) {
+    return expr::node<ops::Sub>({}, std::forward<A>(a), std::forward<B>(b));
+}
+/// a / b
+template <Expression A, Expression B>
+auto div(A&& a, B&& b) {
+    return expr::node<ops::Div>({}, std::forward<A>(a), std::forward<B>(b));
+}
+/// −x
+template <Expression X>
+auto neg(X&& x) {
+    return expr::node<ops::Neg>({}, std::forward<X>(x));
+}
+/// eˣ
+template <Expression X>
+auto exp(X&& x) {
+    return expr::node<ops::Exp>({}, std::forward<X>(x));
+}
+/// ln x
+template <Expression X>
+auto log(X&& x) {
+    return expr::node<ops::Log>({}, std::forward<X>(x));
+}
+/// tanh x
+template <Expression X>
+auto tanh(X&& x) {
+    return expr::node<ops::Tanh>({}, std::forward<X>(x));
+}
+/// √x
+template <Expression X>
+auto sqrt(X&& x) {
+    return expr::node<ops::Sqrt>({}, std::forward<X>(x));
+}
+/// xᵖ for a scalar exponent p
+template <Expression X>
+auto pow(X&& x, double exponent) {
+    return expr::node<ops::Pow>({{exponent}}, std::forward<X>(x));
+}
+/// sin x
+template <Expression X>
+auto sin(X&& x) {
+    return expr::node<ops::Sin>({}, std::forward<X>(x));
+}
+/// cos x
+template <Expression X>
+auto cos(X&& x) {
+    return expr::node<ops::Cos>({}, std::forward<X>(x));
+}
+/// erf x
+template <Expression X>
+auto erf(X&& x) {
+    return expr::node<ops::Erf>({}, std::forward<X>(x));
+}
+/// a where cond is non-zero, else b
+template <Expression C, Expression A, Expression B>
+auto where(C&& cond, A&& a, B&& b) {
+    return expr::node<ops::Where>({}, std::forward<C>(cond), std::forward<A>(a), std::forward<B>(b));
+}
+/// 1 where a = b, else 0 (no gradient)
+template <Expression A, Expression B>
+auto equal(A&& a, B&& b) {
+    return expr::node<ops::Equal>({}, std::forward<A>(a), std::forward<B>(b));
+}
+/// 1 where a < b, else 0 (no gradient)
+template <Expression A, Expression B>
+auto less(A&& a, B&& b) {
+    return expr::node<ops::Less>({}, std::forward<A>(a), std::forward<B>(b));
+}
+/// 1 where a > b, else 0 (no gradient)
+template <Expression A, Expression B>
+auto greater(A&& a, B&& b) {
+    return expr::node<ops::Greater>({}, std::forward<A>(a), std::forward<B>(b));
+}
+
+// Reductions over `axes` (every axis when empty), keeping them as size 1 when `keepdims`.
+template <Expression X>
+auto reduce_sum(X&& x, std::vector<int> axes, bool keepdims = true) {
+    ops::ReduceSumAttrs a;
+    if (!axes.empty()) a.axes = std::move(axes);
+    a.keepdims = keepdims;
+    return expr::node<ops::ReduceSum>(a, std::forward<X>(x));
+}
+template <Expression X>
+auto reduce_mean(X&& x, std::vector<int> axes, bool keepdims = true) {
+    ops::ReduceMeanAttrs a;
+    if (!axes.empty()) a.axes = std::move(axes);
+    a.keepdims = keepdims;
+    return expr::node<ops::ReduceMean>(a, std::forward<X>(x));
+}
+template <Expression X>
+auto reduce_max(X&& x, std::vector<int> axes, bool keepdims = true) {
+    ops::ReduceMaxAttrs a;
+    if (!axes.empty()) a.axes = std::move(axes);
+    a.keepdims = keepdims;
+    return expr::node<ops::ReduceMax>(a, std::forward<X>(x));
+}
+
+// Shapes and indices.
+/// x broadcast to `shape` (numpy's rules)
+template <Expression X>
+auto expand(X&& x, std::vector<int> shape) {
+    return expr::node<ops::Expand>({{std::move(shape)}}, std::forward<X>(x));
+}
+/// x's entries at `indices` along `axis` (ONNX Gather; no gradient for the indices)
+template <Expression X, Expression I>
+auto gather(X&& x, I&& indices, int axis = 0) {
+    return expr::node<ops::Gather>({axis}, std::forward<X>(x), std::forward<I>(indices));
+}
+/// [start, limit) in steps of delta, a 1-D tensor of the graph's dtype
+inline auto range(double start, double limit, double delta = 1) {
+    ops::RangeAttrs a;
+    a.start = start;
+    a.limit = {limit};
+    a.delta = delta;
+    return expr::node<ops::Range>(a);
+}
+
+// Normalizations and rotary embeddings, with ONNX's semantics (ops/*.hpp).
+/// x / √(mean(x²) + ε) · scale over the axes from `axis` on
+template <Expression X, Expression S>
+auto rms_normalization(X&& x, S&& scale, int axis = -1, double epsilon = 1e-5) {
+    ops::RMSNormalizationAttrs a;
+    a.axis = axis;
+    a.epsilon = epsilon;
+    return expr::node<ops::RMSNormalization>(a, std::forward<X>(x), std::forward<S>(scale));
+}
+/// (x − mean) / √(var + ε) · scale + bias over the axes from `axis` on: the op's output Y
+/// (its Mean and InvStdDev outputs through ex::node<ops::LayerNormalization>(...)[k])
+template <Expression X, Expression S, Expression B>
+auto layer_normalization(X&& x, S&& scale, B&& bias, int axis = -1, double epsilon = 1e-5) {
+    ops::LayerNormalizationAttrs a;
+    a.axis = axis;
+    a.epsilon = epsilon;
+    return expr::node<ops::LayerNormalization>(a, std::forward<X>(x), std::forward<S>(scale),
+                                               std::forward<B>(bias))[0];
+}
+/// x rotated by the cos/sin caches (ONNX RotaryEmbedding; `attrs` for interleaved, partial
+/// rotation and 3-D input), at `position_ids` when given as a fourth operand
+template <Expression X, Expression C, Expression S>
+auto rotary_embedding(X&& x, C&& cos_cache, S&& sin_cache, ops::RotaryEmbeddingAttrs attrs = {}) {
+    return expr::node<ops::RotaryEmbedding>(attrs, std::forward<X>(x), std::forward<C>(cos_cache),
+                                            std::forward<S>(sin_cache));
+}
+template <Expression X, Expression C, Expression S, Expression P>
+auto rotary_embedding(X&& x, C&& cos_cache, S&& sin_cache, P&& position_ids, ops::RotaryEmbeddingAttrs attrs = {}) {
+    return expr::node<ops::RotaryEmbedding>(attrs, std::forward<X>(x), std::forward<C>(cos_cache),
+                                            std::forward<S>(sin_cache), std::forward<P>(position_ids));
+}
+
 // ---- walking an expression ----------------------------------------------------------------
 
 namespace detail {

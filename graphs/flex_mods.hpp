@@ -1,8 +1,8 @@
 #pragma once
 // What graphs/variants.cpp and graphs/flex.cpp build their score and mask modifications from,
 // as expressions (engine/expr.hpp):
-//  - the ops that have no named function in engine/expr.hpp (Mul, Sub, Tanh, Less, Range, Gather,
-//    RMSNormalization, RotaryEmbedding, ...), applied with ex::node<Op>, each result named;
+//  - engine/expr.hpp's functions for the ops (Mul, Sub, Tanh, Less, Range, Gather,
+//    RMSNormalization, RotaryEmbedding, ...), each result given the name the variants trace;
 //  - FlexAttention's mask_mod / score_mod arguments as tensors: q_idx (n, 1) and kv_idx (m) from
 //    Range, so that a comparison of the two broadcasts to the (n, m) of the scores, and the
 //    masks of its standard examples written with comparisons, Where, Mul and Gather.
@@ -33,10 +33,10 @@ inline Expr range(double start, double limit, const std::string& name) {
     return ex::node<ops::Range>(a).named(name);
 }
 inline Expr mul(const Expr& a, const Expr& b, const std::string& name) {
-    return ex::node<ops::Mul>({}, a, b).named(name);
+    return ex::mul(a, b).named(name);
 }
 inline Expr sub(const Expr& a, const Expr& b, const std::string& name) {
-    return ex::node<ops::Sub>({}, a, b).named(name);
+    return ex::sub(a, b).named(name);
 }
 inline Expr add(const Expr& a, const Expr& b, const std::string& name) {
     return ex::add(a, b).named(name);
@@ -45,30 +45,30 @@ inline Expr scale(const Expr& x, double factor, const std::string& name) {
     return ex::scale(x, factor).named(name);
 }
 inline Expr tanh(const Expr& x, const std::string& name) {
-    return ex::node<ops::Tanh>({}, x).named(name);
+    return ex::tanh(x).named(name);
 }
 inline Expr exp(const Expr& x, const std::string& name) {
-    return ex::node<ops::Exp>({}, x).named(name);
+    return ex::exp(x).named(name);
 }
 inline Expr cos(const Expr& x, const std::string& name) {
-    return ex::node<ops::Cos>({}, x).named(name);
+    return ex::cos(x).named(name);
 }
 inline Expr sin(const Expr& x, const std::string& name) {
-    return ex::node<ops::Sin>({}, x).named(name);
+    return ex::sin(x).named(name);
 }
 /// 1 where a < b (a > b, a == b), else 0.
 inline Expr less(const Expr& a, const Expr& b, const std::string& name) {
-    return ex::node<ops::Less>({}, a, b).named(name);
+    return ex::less(a, b).named(name);
 }
 inline Expr greater(const Expr& a, const Expr& b, const std::string& name) {
-    return ex::node<ops::Greater>({}, a, b).named(name);
+    return ex::greater(a, b).named(name);
 }
 inline Expr equal(const Expr& a, const Expr& b, const std::string& name) {
-    return ex::node<ops::Equal>({}, a, b).named(name);
+    return ex::equal(a, b).named(name);
 }
 /// a where cond is nonzero, else b.
 inline Expr where(const Expr& cond, const Expr& a, const Expr& b, const std::string& name) {
-    return ex::node<ops::Where>({}, cond, a, b).named(name);
+    return ex::where(cond, a, b).named(name);
 }
 inline Expr reduce_sum(const Expr& x, std::vector<int> axes, bool keepdims, const std::string& name) {
     ops::ReduceSumAttrs a;

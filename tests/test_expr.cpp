@@ -485,4 +485,77 @@ BOOST_AUTO_TEST_CASE(an_op_of_ones_own_evaluates_and_differentiates) {
     }
 }
 
+// ---- the vocabulary's named functions ----------------------------------------------------
+
+BOOST_AUTO_TEST_CASE(the_vocabularys_named_functions_agree_with_plain_loops) {
+    // x (2, 3), z (2, 3) without zeros, s (3): every named function of the elementwise,
+    // reduction, index and normalization ops, evaluated directly and through a lowered graph,
+    // against the formula computed here element by element
+    const Array<double> xa = {{0.5, -1.25, 2.0}, {-0.75, 1.5, 0.25}};
+    const Array<double> za = {{1.0, -0.5, 2.0}, {0.5, 2.5, -1.5}};
+    const Array<double> sa = {0.5, 2.0, -1.0};
+    const auto x = ex::input("x", Tensor(xa));
+    const auto z = ex::input("z", Tensor(za));
+    const auto s = ex::param("s", Tensor(sa));
+    const auto picked = ex::where(ex::greater(x, z), ex::exp(x), ex::neg(ex::sqrt(ex::mul(z, z))));
+    const auto mixed = ex::add(ex::div(ex::sub(ex::tanh(x), ex::sin(z)), ex::pow(z, 2.0)),
+                               ex::mul(ex::cos(x), ex::erf(ex::log(ex::mul(z, z)))));
+    const auto flags = ex::add(ex::equal(x, x), ex::less(x, z));
+    const auto sums = ex::reduce_sum(x, {1}, false);
+    const auto means = ex::reduce_mean(z, {0});
+    const auto maxes = ex::reduce_max(x, {});
+    const auto rms = ex::rms_normalization(x, s);
+    const auto layer = ex::layer_normalization(x, s, s);
+    const Array<double> indices = {1, 0, 1};
+    const auto rows = ex::gather(x, ex::input("i", Tensor(indices)), 0);
+    const auto wide = ex::expand(ex::range(0, 3), {2, 3});
+
+    using Shape2 = Array<double>::shape_type;
+    Array<double> want_picked(xa.shape()), want_mixed(xa.shape()), want_flags(xa.shape()), want_rms(xa.shape()),
+        want_layer(xa.shape()), want_rows(Shape2{3, 3}), want_wide(Shape2{2, 3}), want_sums(Shape2{2}),
+        want_means(Shape2{1, 3}), want_maxes(Shape2{1, 1});
+    double want_max = -1e300;
+    for (std::size_t r = 0; r < 2; ++r) {
+        double sq = 0, sum = 0, var = 0;
+        for (std::size_t c = 0; c < 3; ++c) sq += xa(r, c) * xa(r, c), sum += xa(r, c);
+        const double mean = sum / 3;
+        for (std::size_t c = 0; c < 3; ++c) var += (xa(r, c) - mean) * (xa(r, c) - mean) / 3;
+        want_sums(r) = sum;
+        for (std::size_t c = 0; c < 3; ++c) {
+            const double a = xa(r, c), b = za(r, c);
+            want_picked(r, c) = a > b ? std::exp(a) : -std::sqrt(b * b);
+            want_mixed(r, c) = (std::tanh(a) - std::sin(b)) / std::pow(b, 2.0) + std::cos(a) * std::erf(std::log(b * b));
+            want_flags(r, c) = 1.0 + (a < b ? 1.0 : 0.0);
+            want_rms(r, c) = a / std::sqrt(sq / 3 + 1e-5) * sa(c);
+            want_layer(r, c) = (a - mean) / std::sqrt(var + 1e-5) * sa(c) + sa(c);
+            want_max = std::max(want_max, a);
+            want_wide(r, c) = static_cast<double>(c);
+        }
+    }
+    for (std::size_t c = 0; c < 3; ++c) {
+        want_means(0, c) = (za(0, c) + za(1, c)) / 2;
+        for (std::size_t r = 0; r < 3; ++r) want_rows(r, c) = xa(r == 1 ? 0 : 1, c);
+    }
+    const auto check = [](const auto& e, const Tensor& want, const char* what) {
+        BOOST_TEST_CONTEXT(what) {
+            const Tensor direct = ex::evaluate(e, DType::f64);
+            const Graph g = ex::to_graph(e, what, {DType::f64, {}});
+            BOOST_TEST(direct.shape() == want.shape());
+            BOOST_TEST(test::max_abs_diff(direct, want) < 1e-12);
+            BOOST_TEST(test::max_abs_diff(run(g).at(g, g.value(g.outputs()[0]).name), want) < 1e-12);
+        }
+    };
+    check(picked, Tensor(want_picked), "where_greater_exp_neg_sqrt_mul");
+    check(mixed, Tensor(want_mixed), "div_sub_tanh_sin_pow_cos_erf_log");
+    check(flags, Tensor(want_flags), "equal_less");
+    check(sums, Tensor(want_sums), "reduce_sum");
+    check(means, Tensor(want_means), "reduce_mean");
+    want_maxes(0, 0) = want_max;
+    check(maxes, Tensor(want_maxes), "reduce_max");
+    check(rms, Tensor(want_rms), "rms_normalization");
+    check(layer, Tensor(want_layer), "layer_normalization");
+    check(rows, Tensor(want_rows), "gather");
+    check(wide, Tensor(want_wide), "expand_range");
+}
+
 BOOST_AUTO_TEST_SUITE_END()  // test_expr
