@@ -359,8 +359,10 @@ GraphPtr build(const std::string& name, const std::string& dtype, const std::vec
 
 GraphPtr new_variant(const std::string& variant, std::size_t seq, std::size_t d_model, std::size_t heads,
                      std::size_t groups, std::size_t batch, std::size_t kv_seq, std::size_t window, bool causal,
-                     const std::vector<int>& lengths, const std::string& dtype, std::uint64_t seed,
-                     const std::string& name, const std::string& weights_from, const std::string& prefix) {
+                     const std::vector<int>& lengths, std::size_t past, std::optional<double> softcap,
+                     std::size_t prefix_length, const std::vector<int>& documents, const std::string& dtype,
+                     std::uint64_t seed, const std::string& name, const std::string& weights_from,
+                     const std::string& prefix) {
     graphs::VariantConfig c;
     c.variant = variant;
     c.seq = seq;
@@ -372,6 +374,10 @@ GraphPtr new_variant(const std::string& variant, std::size_t seq, std::size_t d_
     c.window = window;
     c.causal = causal;
     c.lengths = lengths;
+    c.past = past;
+    c.softcap = softcap;
+    c.prefix_length = prefix_length;
+    c.documents = documents;
     c.dtype = parse_dtype(dtype);
     c.seed = seed;
     c.name = name;

@@ -209,13 +209,17 @@ def parse(text, base_dir="."):
 
 
 def new(variant="mha-batched", seq=4, d_model=8, heads=2, groups=0, batch=0, kv_seq=0, window=0, causal=False,
-        lengths=(), dtype="f32", seed=1, name="", weights_from=None, prefix=""):
-    """A variant with seeded random weights, as `attngraph new VARIANT` (see variants());
-    with `weights_from` (a safetensors file), its projections are the file's
-    <prefix>q_proj/k_proj/v_proj/o_proj weights and biases (Hugging Face names)."""
+        lengths=(), past=0, softcap=None, prefix_length=0, documents=(), dtype="f32", seed=1, name="",
+        weights_from=None, prefix=""):
+    """A variant with seeded random weights, as `attngraph new VARIANT` (see variants()); the
+    arguments are the command's options: `lengths` is --kv-lengths, `past` decode's cached
+    tokens, `softcap` the cap c of softcap (default 50), `prefix_length` prefix-lm's P,
+    `documents` document's packed lengths. With `weights_from` (a safetensors file), its
+    projections are the file's <prefix>q_proj/k_proj/v_proj/o_proj weights and biases (Hugging
+    Face names)."""
     return Graph(_core.new_variant(variant, seq, d_model, heads, groups, batch, kv_seq, window, causal,
-                                   list(lengths), dtype, seed, name,
-                                   "" if weights_from is None else _os.fspath(weights_from), prefix))
+                                   list(lengths), past, softcap, prefix_length, list(documents), dtype, seed,
+                                   name, "" if weights_from is None else _os.fspath(weights_from), prefix))
 
 
 def variants():

@@ -179,6 +179,30 @@ def test_new_variant_and_check_table(cli, tmp_path):
         attngraph.new("gqa", heads=4, groups=3)
 
 
+def test_new_takes_every_variant_option():
+    # softcap: the capped scores are c tanh(S / c) of the traced scores (numpy's tanh)
+    t = attngraph.new("softcap", seq=5, d_model=8, heads=2, softcap=0.1, seed=3).run(trace=True)
+    np.testing.assert_allclose(t["S_capped"], 0.1 * np.tanh(t["S"] / 0.1), rtol=1e-6, atol=1e-7)
+    assert np.abs(t["S"]).max() > 0.2 and np.abs(t["S_capped"]).max() < 0.1
+    # prefix-lm: every query sees the P = 2 first keys, and the keys j <= i after them
+    i, j = np.indices((6, 6))
+    keep = (j < 2) | (j <= i)
+    a = attngraph.new("prefix-lm", batch=1, seq=6, d_model=8, heads=2, prefix_length=2).run(trace=True)["A"]
+    assert (a[..., ~keep] == 0).all() and (a[..., keep] > 0).all()
+    # document: packed documents of 2 and 3 tokens, each query sees its own document's keys
+    doc = np.array([0, 0, 1, 1, 1])
+    keep = doc[:, None] == doc[None, :]
+    a = attngraph.new("document", batch=1, seq=5, d_model=8, heads=2, documents=[2, 3]).run(trace=True)["A"]
+    assert (a[..., ~keep] == 0).all() and (a[..., keep] > 0).all()
+    # decode: 3 cached keys and values before the new token
+    g = attngraph.new("decode", seq=1, past=3, d_model=8, heads=2)
+    assert g.shape("past_key")[-2:] == (3, 4) and g.shape("past_value")[-2:] == (3, 4)
+    with pytest.raises(attngraph.GraphError, match="sum to 4, not to seq 5"):
+        attngraph.new("document", batch=1, seq=5, d_model=8, heads=2, documents=[2, 2])
+    with pytest.raises(attngraph.GraphError, match="prefix length"):
+        attngraph.new("mha", prefix_length=2)
+
+
 def test_builder_operators_match_numpy():
     rng = np.random.default_rng(0)
     x, wq, wk, wv = (rng.normal(size=s).astype(np.float32) for s in [(3, 4), (4, 2), (4, 2), (4, 2)])
