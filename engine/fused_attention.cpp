@@ -29,9 +29,9 @@ namespace {
 
 // The matrix index, in an operand whose batch axes broadcast to `target`, of every batch
 // index of `target` (row-major).
-std::vector<std::size_t> batch_offsets(const Shape& target, const Shape& operand) {
-    const std::vector<std::size_t> strides = ops::broadcast_strides(operand, target);
-    std::vector<std::size_t> offsets(element_count(target));
+boost::container::small_vector<std::size_t, 16> batch_offsets(const Shape& target, const Shape& operand) {
+    const auto strides = ops::broadcast_strides<boost::container::small_vector<std::size_t, 8>>(operand, target);
+    boost::container::small_vector<std::size_t, 16> offsets(element_count(target));
     for (std::size_t flat = 0; flat < offsets.size(); ++flat) offsets[flat] = ops::broadcast_offset(flat, target, strides);
     return offsets;
 }
@@ -308,9 +308,16 @@ void AttentionKernel<T>::forward(const Block& blk, T* scratch, Out<T> kept, T* o
 template <class T>
 void fused_attention_forward(const AttentionSpec& spec, In<T> in, Out<T> out) {
     const AttentionKernel<T> kernel(spec, in);
-    fused_attention_detail::ScratchPool<T> pool(kernel.scratch_size());
     const std::size_t blocks = kernel.blocks();
     T* o = out[0]->data();
+    // one small block (a tiny graph's head): its scratch on the stack, no pool
+    constexpr std::size_t stack_scratch = 1024;
+    if (kernel.batches() * blocks == 1 && kernel.scratch_size() <= stack_scratch) {
+        T scratch[stack_scratch];
+        kernel.forward(kernel.block(0, 0), scratch, out, o);
+        return;
+    }
+    fused_attention_detail::ScratchPool<T> pool(kernel.scratch_size());
     parallel_chunks(kernel.batches() * blocks, 1, [&](std::size_t c0, std::size_t c1) {
         for (std::size_t c = c0; c < c1; ++c) {
             const auto blk = kernel.block(c / blocks, c % blocks);

@@ -34,6 +34,8 @@
 #include <memory>
 #include <vector>
 
+#include <boost/container/small_vector.hpp>
+
 #include "engine/gemm.hpp"
 #include "engine/kernel.hpp"
 #include "engine/tensor.hpp"
@@ -107,7 +109,9 @@ public:
     struct Block {
         std::size_t b = 0, r0 = 0, rows = 0;
         std::size_t lo = 0, hi = 0;          ///< the union of the rows' spans (lo == hi: none)
-        std::vector<std::size_t> row_lo, row_hi;  ///< each row's span, row r: [row_lo[r], row_hi[r])
+        /// each row's span, row r: [row_lo[r], row_hi[r]) (inline: a block has at most
+        /// gemm_row_block rows, and a tiny graph's run allocates nothing for its blocks)
+        boost::container::small_vector<std::size_t, gemm_row_block> row_lo, row_hi;
     };
     Block block(std::size_t b, std::size_t i) const;
 
@@ -137,9 +141,12 @@ private:
     const T* m_q;
     const T* m_k;
     const T* m_v;
-    std::vector<const T*> m_operands;  // per stage: its operand's data (or null)
-    std::vector<std::vector<std::size_t>> m_operand_strides;  // per stage: broadcast strides into `shape`
-    std::vector<std::size_t> m_k_offset, m_v_offset;  // per batch: the matrix index of K, V
+    // inline for a few stages and batches: a kernel is made on every run of its step
+    template <class V, std::size_t N>
+    using Small = boost::container::small_vector<V, N>;
+    Small<const T*, 8> m_operands;                  // per stage: its operand's data (or null)
+    Small<std::vector<std::size_t>, 8> m_operand_strides;  // per stage: broadcast strides into `shape`
+    Small<std::size_t, 16> m_k_offset, m_v_offset;  // per batch: the matrix index of K, V
     std::size_t m_batches = 0, m_blocks = 0;
 };
 

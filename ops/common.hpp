@@ -36,8 +36,9 @@ inline Shape broadcast_shapes(const Shape& a, const Shape& b) {
 }
 
 /// Row-major strides of `shape` seen as `target` (rank-aligned right; 0 on broadcast axes).
-inline std::vector<std::size_t> broadcast_strides(const Shape& shape, const Shape& target) {
-    std::vector<std::size_t> strides(target.size(), 0);
+template <class Strides = std::vector<std::size_t>>
+Strides broadcast_strides(const Shape& shape, const Shape& target) {
+    Strides strides(target.size(), 0);
     std::size_t stride = 1;
     for (std::size_t i = shape.size(); i-- > 0;) {
         const std::size_t t = i + (target.size() - shape.size());
@@ -48,7 +49,8 @@ inline std::vector<std::size_t> broadcast_strides(const Shape& shape, const Shap
 }
 
 /// Offset of flat index `flat` of `target` in an array with `strides` (from broadcast_strides).
-inline std::size_t broadcast_offset(std::size_t flat, const Shape& target, const std::vector<std::size_t>& strides) {
+template <class Strides>
+std::size_t broadcast_offset(std::size_t flat, const Shape& target, const Strides& strides) {
     std::size_t offset = 0;
     for (std::size_t i = target.size(); i-- > 0;) {
         offset += (flat % target[i]) * strides[i];
