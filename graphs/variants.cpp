@@ -81,6 +81,16 @@ std::vector<int> inverse(const std::vector<int>& p) {
     return inv;
 }
 
+// x·W, + b when `bias` (llama's projections have none): params named w_name and b_name, made
+// in that order before the node (a graph lists leaves and nodes in the order they are made).
+Expr projection(const Expr& x, const std::string& w_name, const Tensor& w, const std::string& b_name, const Tensor& b,
+                bool bias, const std::string& name) {
+    auto weight = ex::param(w_name, w);
+    if (!bias) return ex::linear(x, weight).named(name);
+    auto offset = ex::param(b_name, b);
+    return ex::linear(x, weight, offset).named(name);
+}
+
 Graph build_batched(const VariantConfig& c, const Plan& plan, const BatchedWeights& w) {
     const std::size_t h = c.heads, g = plan.kv_heads, r = h / g, dk = c.d_model / h;
     // llama's RoPE takes (B, n, h·d_k): X always has a batch axis there (B = 1 without --batch)
@@ -110,14 +120,7 @@ Graph build_batched(const VariantConfig& c, const Plan& plan, const BatchedWeigh
     }
     Expr q_flat, k_flat, v_flat;
     if (!plan.cross) {
-        auto wqkv = ex::param("Wqkv", w.w_in);
-        Expr qkv;
-        if (plan.llama) {
-            qkv = ex::linear(x, wqkv).named("QKV");
-        } else {
-            auto bqkv = ex::param("bqkv", w.b_in);
-            qkv = ex::linear(x, wqkv, bqkv).named("QKV");
-        }
+        const Expr qkv = projection(x, "Wqkv", w.w_in, "bqkv", w.b_in, !plan.llama, "QKV");
         const int d = static_cast<int>(c.d_model), kvd = G * DK;
         if (grouped) {
             auto parts = ex::split(qkv, {d, kvd, kvd}, -1).named("QKV_split");
@@ -203,14 +206,7 @@ Graph build_batched(const VariantConfig& c, const Plan& plan, const BatchedWeigh
     auto o = ex::matmul(a, v).named("O");
     auto rows = ex::permute(o, inverse(perm)).named("O_rows");
     auto concat_heads = ex::reshape(rows, {-1, static_cast<int>(c.d_model)}, keep).named("O_concat");
-    auto wo = ex::param("Wo", w.wo);
-    Expr y;
-    if (plan.llama) {
-        y = ex::linear(concat_heads, wo).named("Y");
-    } else {
-        auto bo = ex::param("bo", w.bo);
-        y = ex::linear(concat_heads, wo, bo).named("Y");
-    }
+    const Expr y = projection(concat_heads, "Wo", w.wo, "bo", w.bo, !plan.llama, "Y");
     return ex::to_graph(y, c.name.empty() ? c.variant : c.name, {c.dtype, {}});
 }
 
@@ -372,7 +368,7 @@ Graph build_variant(const VariantConfig& c) {
     if (v == "decode") {
         refuse(!c.lengths.empty(), "padding lengths");
         // X is (B, n, d) always (B = 1 without --batch): Attention's 3-D inputs have a batch axis
-        const std::size_t batch = c.batch ? c.batch : 1, dk = d / c.heads;
+        const std::size_t batch = c.batch ? c.batch : 1;
         w.x = random_tensor({batch, c.seq, d}, c.dtype, c.seed * 1000003 + 1);
         const Tensor past_key = random_tensor({batch, plan.kv_heads, c.past, dk}, c.dtype, ++s);
         const Tensor past_value = random_tensor({batch, plan.kv_heads, c.past, dk}, c.dtype, ++s);

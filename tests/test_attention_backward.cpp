@@ -257,19 +257,36 @@ BOOST_AUTO_TEST_CASE(only_the_gradients_asked_for_are_computed) {
     BOOST_TEST(!v_only.grads.contains("Q"));
 }
 
+namespace {
+
+// The per-head multi-head attention graph of graphs/mha.hpp, and the two forward runs a
+// backward reads: the lean one (what the backward needs) and every value.
+Graph per_head_mha(std::size_t seq, std::size_t d_model, std::size_t heads) {
+    graphs::MhaConfig cfg;
+    cfg.seq = seq;
+    cfg.d_model = d_model;
+    cfg.heads = heads;
+    return graphs::build_mha(cfg);
+}
+RunOptions for_backward() {
+    RunOptions o;
+    o.keep_for_backward = true;
+    return o;
+}
+RunOptions keep_all() {
+    RunOptions o;
+    o.keep_all = true;
+    return o;
+}
+
+}  // namespace
+
 BOOST_AUTO_TEST_CASE(mha_graph_forward_for_backward_keeps_no_scores) {
     // the per-head graph (Linear projections, Scale, Concat): the forward for backward keeps
     // every value but each head's KT, S_raw, S, A; the gradients match a keep_all run's
-    graphs::MhaConfig cfg;
-    cfg.seq = 160;
-    cfg.d_model = 32;
-    cfg.heads = 4;
-    const Graph g = graphs::build_mha(cfg);
+    const Graph g = per_head_mha(160, 32, 4);
     Executor ex(2);
-    RunOptions lean, all;
-    lean.keep_for_backward = true;
-    all.keep_all = true;
-    const RunResult fl = ex.run(g, lean), fa = ex.run(g, all);
+    const RunResult fl = ex.run(g, for_backward()), fa = ex.run(g, keep_all());
     std::size_t dropped = 0;
     for (std::size_t v = 0; v < g.values().size(); ++v) {
         const std::string& name = g.values()[v].name;
@@ -287,17 +304,10 @@ BOOST_AUTO_TEST_CASE(mha_graph_forward_for_backward_keeps_no_scores) {
 BOOST_AUTO_TEST_CASE(mha_graph_fused_backward_matches_the_per_node_backward) {
     // projections grouped (one wide dX GEMM), attention fused and recomputed, against the
     // plain per-node backward over a keep_all forward (f32, relative to each gradient's scale)
-    graphs::MhaConfig cfg;
-    cfg.seq = 150;
-    cfg.d_model = 48;
-    cfg.heads = 3;
-    const Graph g = graphs::build_mha(cfg);
+    const Graph g = per_head_mha(150, 48, 3);
     Executor ex(2);
-    RunOptions lean, all;
-    lean.keep_for_backward = true;
-    all.keep_all = true;
-    const Gradients fused = ex.backward(g, ex.run(g, lean));
-    const Gradients plain = ex.backward(g, ex.run(g, all), {}, {}, {}, /*fuse=*/false);
+    const Gradients fused = ex.backward(g, ex.run(g, for_backward()));
+    const Gradients plain = ex.backward(g, ex.run(g, keep_all()), {}, {}, {}, /*fuse=*/false);
     for (const auto& v : g.values())
         // (dL/dbk is 0 but for rounding: a bias on every key shifts a row's scores alike)
         if (v.data && !v.name.ends_with(".bk")) BOOST_TEST_CONTEXT(v.name) {

@@ -123,15 +123,7 @@ Reference reference(const Example& e, const Graph& g) {
     return r;
 }
 
-double rel_diff(const Vec& got, const Vec& want) {
-    if (got.size() != want.size()) return INFINITY;
-    double diff = 0, scale = 0;
-    for (std::size_t i = 0; i < got.size(); ++i) {
-        diff = std::max(diff, std::abs(got[i] - want[i]));
-        scale = std::max(scale, std::abs(want[i]));
-    }
-    return diff / std::max(scale, 1e-300);
-}
+using test::rel_diff;
 
 struct File {
     fs::path path;

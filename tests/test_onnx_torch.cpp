@@ -39,18 +39,29 @@ std::vector<nlohmann::json> entries_of(const fs::path& trace, const std::string&
     return out;
 }
 
+// Runs <stem>.onnx on its exported input <stem>_x.npy with every node traced: Y must be
+// PyTorch's (<stem>_y.npy, within 1e-5), and the model has one Softmax, whose trace entry and
+// output (the attention weights) are returned.
+struct Weights {
+    nlohmann::json entry;
+    Tensor a;
+};
+Weights run_like_torch(const Exported& ex, const std::string& stem) {
+    const CliResult r = run_cli("run " + stem + ".onnx --input x=" + stem + "_x.npy --trace t", ex.tmp.path);
+    BOOST_TEST_REQUIRE(r.code == 0, r.err);
+    const Tensor y = load_npy(ex.tmp.path / "t" / "Y.npy"), want = load_npy(ex.tmp.path / (stem + "_y.npy"));
+    BOOST_TEST(max_abs_diff(y, want.cast(y.dtype())) <= 1e-5);
+    const auto softmax = entries_of(ex.tmp.path / "t", "Softmax");
+    BOOST_TEST_REQUIRE(softmax.size() == 1u);
+    return {softmax[0], load_npy(ex.tmp.path / "t" / softmax[0]["file"].get<std::string>())};
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(torch_multihead_attention_runs_with_pytorchs_output) {
     Exported ex;
-    const CliResult r = run_cli("run mha.onnx --input x=mha_x.npy --trace t", ex.tmp.path);
-    BOOST_TEST_REQUIRE(r.code == 0, r.err);
-    const Tensor y = load_npy(ex.tmp.path / "t" / "Y.npy"), want = load_npy(ex.tmp.path / "mha_y.npy");
-    BOOST_TEST(max_abs_diff(y, want.cast(y.dtype())) <= 1e-5);
     // the attention weights: a softmax over 10 keys for 8 heads of 10 queries, rows summing to 1
-    const auto softmax = entries_of(ex.tmp.path / "t", "Softmax");
-    BOOST_TEST_REQUIRE(softmax.size() == 1u);
-    const Tensor a = load_npy(ex.tmp.path / "t" / softmax[0]["file"].get<std::string>());
+    const auto [entry, a] = run_like_torch(ex, "mha");
     BOOST_TEST(a.size() == 8u * 10 * 10);
     BOOST_TEST(a.shape().back() == 10u);
     for (std::size_t row = 0; row < a.size() / 10; ++row) {
@@ -58,18 +69,12 @@ BOOST_AUTO_TEST_CASE(torch_multihead_attention_runs_with_pytorchs_output) {
         for (std::size_t j = 0; j < 10; ++j) sum += a.at_flat(row * 10 + j);
         BOOST_TEST(std::abs(sum - 1.0) <= 1e-5);
     }
-    BOOST_TEST(!softmax[0]["onnx_name"].get<std::string>().empty());
+    BOOST_TEST(!entry["onnx_name"].get<std::string>().empty());
 }
 
 BOOST_AUTO_TEST_CASE(hand_written_causal_attention_runs_with_pytorchs_output_and_weights) {
     Exported ex;
-    const CliResult r = run_cli("run causal.onnx --input x=causal_x.npy --trace t", ex.tmp.path);
-    BOOST_TEST_REQUIRE(r.code == 0, r.err);
-    const Tensor y = load_npy(ex.tmp.path / "t" / "Y.npy"), want = load_npy(ex.tmp.path / "causal_y.npy");
-    BOOST_TEST(max_abs_diff(y, want.cast(y.dtype())) <= 1e-5);
-    const auto softmax = entries_of(ex.tmp.path / "t", "Softmax");
-    BOOST_TEST_REQUIRE(softmax.size() == 1u);
-    const Tensor a = load_npy(ex.tmp.path / "t" / softmax[0]["file"].get<std::string>());
+    const Tensor a = run_like_torch(ex, "causal").a;
     const Tensor a_torch = load_npy(ex.tmp.path / "causal_attn.npy");
     BOOST_TEST(max_abs_diff(a, a_torch.cast(a.dtype())) <= 1e-5);
     BOOST_TEST(a.at_flat(1) == 0.0);  // query 0 sees key 0 only
@@ -79,15 +84,9 @@ BOOST_AUTO_TEST_CASE(bert_style_layer_with_gelu_runs_with_pytorchs_output) {
     // torch writes the exact GELU as x·½(1 + Erf(x/√2)) and LayerNorm as LayerNormalization
     // (opset 17): both must map onto attngraph ops, and the padded keys get no weight
     Exported ex;
-    const CliResult r = run_cli("run bert.onnx --input x=bert_x.npy --trace t", ex.tmp.path);
-    BOOST_TEST_REQUIRE(r.code == 0, r.err);
-    const Tensor y = load_npy(ex.tmp.path / "t" / "Y.npy"), want = load_npy(ex.tmp.path / "bert_y.npy");
-    BOOST_TEST(max_abs_diff(y, want.cast(y.dtype())) <= 1e-5);
+    const Tensor a = run_like_torch(ex, "bert").a;
     BOOST_TEST(entries_of(ex.tmp.path / "t", "Erf").size() == 1u);
     BOOST_TEST(entries_of(ex.tmp.path / "t", "LayerNormalization").size() == 2u);
-    const auto softmax = entries_of(ex.tmp.path / "t", "Softmax");
-    BOOST_TEST_REQUIRE(softmax.size() == 1u);
-    const Tensor a = load_npy(ex.tmp.path / "t" / softmax[0]["file"].get<std::string>());
     BOOST_TEST_REQUIRE(a.size() == 2u * 2 * 7 * 7);
     for (std::size_t row = 0; row < a.size() / 7; ++row)  // keys 5 and 6 are padding
         BOOST_TEST(a.at_flat(row * 7 + 5) + a.at_flat(row * 7 + 6) <= 1e-6);

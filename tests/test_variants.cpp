@@ -240,15 +240,7 @@ std::string weights_node(const graphs::VariantConfig& c) {
     return c.variant == "diff" ? "A_diff" : "A";
 }
 
-double rel_diff(const Vec& got, const Vec& want) {
-    if (got.size() != want.size()) return INFINITY;
-    double diff = 0, scale = 0;
-    for (std::size_t i = 0; i < got.size(); ++i) {
-        diff = std::max(diff, std::abs(got[i] - want[i]));
-        scale = std::max(scale, std::abs(want[i]));
-    }
-    return diff / std::max(scale, 1e-300);
-}
+using test::rel_diff;
 
 graphs::VariantConfig config(std::string variant, std::size_t batch, std::size_t seq, std::size_t d, std::size_t h) {
     graphs::VariantConfig c;

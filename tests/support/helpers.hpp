@@ -1,5 +1,6 @@
 #pragma once
 // Test helpers: paths, the seed document's reference values, running the CLI.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <sys/wait.h>
@@ -9,6 +10,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -34,6 +36,17 @@ inline double max_abs_diff(const Tensor& a, const Tensor& b) {
     double m = 0;
     for (std::size_t i = 0; i < a.size(); ++i) m = std::max(m, std::abs(a.at_flat(i) - b.at_flat(i)));
     return m;
+}
+
+/// max |got - want| / max |want| over two lists of numbers; +inf when their sizes differ.
+inline double rel_diff(const std::vector<double>& got, const std::vector<double>& want) {
+    if (got.size() != want.size()) return INFINITY;
+    double diff = 0, scale = 0;
+    for (std::size_t i = 0; i < got.size(); ++i) {
+        diff = std::max(diff, std::abs(got[i] - want[i]));
+        scale = std::max(scale, std::abs(want[i]));
+    }
+    return diff / std::max(scale, 1e-300);
 }
 
 /// Largest |tensor - reference| against a 2-D list of numbers; +inf on shape mismatch.
