@@ -17,8 +17,6 @@ namespace {
 std::string graph(const std::string& op, const nlohmann::json& attrs, const Shape& x, const Shape& m) {
     auto zeros_of = [](const Shape& s) {
         nlohmann::json t = {{"kind", "input"}, {"shape", s}};
-        std::size_t count = 1;
-        for (auto d : s) count *= d;
         t["data"] = nlohmann::json::array();
         // nested lists are not needed: a flat list is refused, so build them
         std::function<nlohmann::json(std::size_t)> nest = [&](std::size_t axis) {
