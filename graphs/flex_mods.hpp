@@ -27,10 +27,7 @@ using Expr = ex::Dynamic;
 
 /// [start, limit) as a 1-D tensor (delta 1).
 inline Expr range(double start, double limit, const std::string& name) {
-    ops::RangeAttrs a;
-    a.start = start;
-    a.limit = {limit};
-    return ex::node<ops::Range>(a).named(name);
+    return ex::range(start, limit).named(name);
 }
 inline Expr mul(const Expr& a, const Expr& b, const std::string& name) {
     return ex::mul(a, b).named(name);
@@ -78,9 +75,7 @@ inline Expr reduce_sum(const Expr& x, std::vector<int> axes, bool keepdims, cons
 }
 /// data taken along `axis` at `indices`.
 inline Expr gather(const Expr& data, const Expr& indices, int axis, const std::string& name) {
-    ops::GatherAttrs a;
-    a.axis = axis;
-    return ex::node<ops::Gather>(a, data, indices).named(name);
+    return ex::gather(data, indices, axis).named(name);
 }
 inline Expr reshape(const Expr& x, std::vector<int> shape, const std::string& name) {
     return ex::reshape(x, std::move(shape)).named(name);
