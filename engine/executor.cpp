@@ -76,13 +76,13 @@ private:
     void spawn(std::size_t i, tbb::task_group& group) {
         const void* sync = &m_pending[i];
         tsan_release(sync);
-        group.run([this, i, &group, sync] {
+        group.run(TbbBody([this, i, &group, sync] {
             tsan_acquire(sync);  // before touching any member
             if (!m_stop && run(i))
                 for (std::size_t s : m_graph.successors[i])
                     if (--m_pending[s] == 0) spawn(s, group);
             tsan_release(&m_tasks_done);
-        });
+        }));
     }
 
     bool run(std::size_t i) {

@@ -21,6 +21,14 @@ BOOST_AUTO_TEST_SUITE(test_expr)
 using namespace attngraph;
 namespace ex = attngraph::expr;
 
+namespace {
+BackwardOptions with_respect_to(std::vector<std::string> names) {
+    BackwardOptions options;
+    options.wrt = std::move(names);
+    return options;
+}
+}  // namespace
+
 // ---- counting every allocation of this program (while `counting` is set) -----------------
 // Every heap allocation goes through malloc, calloc, realloc or posix_memalign (operator new
 // and xsimd's aligned allocator included). The plain build interposes them here (forwarding
@@ -382,7 +390,7 @@ BOOST_AUTO_TEST_CASE(gradients_agree_with_autodiff_f64) {
         BOOST_TEST_CONTEXT("G given: " << with_g) {
             const Gradients reference =
                 backward(g, forward, with_g ? std::map<std::string, Tensor>{{"Y", G}} : std::map<std::string, Tensor>{},
-                         {.wrt = names});
+                         with_respect_to(names));
             const auto d = with_g ? ex::gradients(y, {X, wqkv, bqkv, alibi, q, parts[1], s, a, wo}, G)
                                   : ex::gradients(y, {X, wqkv, bqkv, alibi, q, parts[1], s, a, wo});
             BOOST_REQUIRE(d.size() == names.size());
@@ -409,7 +417,7 @@ BOOST_AUTO_TEST_CASE(gradients_of_the_seed_as_in_the_issue) {
     auto O = ex::matmul(A, v).named("O");
     const auto d = ex::gradients(O, {X, q});
     const Graph g = ex::to_graph(O, "attention");
-    const Gradients reference = backward(g, run(g, keep_all()), {}, {.wrt = {"X", "Q"}});
+    const Gradients reference = backward(g, run(g, keep_all()), {}, with_respect_to({"X", "Q"}));
     BOOST_TEST(relative_diff(d[0], reference.at("X")) < 1e-12);
     BOOST_TEST(relative_diff(d[1], reference.at("Q")) < 1e-12);
 }
