@@ -14,6 +14,7 @@
 #include "engine/gradcheck.hpp"
 #include "graphs/mha.hpp"
 #include "ops/ops.hpp"
+#include "support/helpers.hpp"
 
 BOOST_AUTO_TEST_SUITE(test_attention_backward)
 
@@ -273,12 +274,6 @@ RunOptions for_backward() {
     o.keep_for_backward = true;
     return o;
 }
-RunOptions keep_all() {
-    RunOptions o;
-    o.keep_all = true;
-    return o;
-}
-
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(mha_graph_forward_for_backward_keeps_no_scores) {
@@ -286,7 +281,7 @@ BOOST_AUTO_TEST_CASE(mha_graph_forward_for_backward_keeps_no_scores) {
     // every value but each head's KT, S_raw, S, A; the gradients match a keep_all run's
     const Graph g = per_head_mha(160, 32, 4);
     Executor ex(2);
-    const RunResult fl = ex.run(g, for_backward()), fa = ex.run(g, keep_all());
+    const RunResult fl = ex.run(g, for_backward()), fa = ex.run(g, test::keep_all());
     std::size_t dropped = 0;
     for (std::size_t v = 0; v < g.values().size(); ++v) {
         const std::string& name = g.values()[v].name;
@@ -307,7 +302,7 @@ BOOST_AUTO_TEST_CASE(mha_graph_fused_backward_matches_the_per_node_backward) {
     const Graph g = per_head_mha(150, 48, 3);
     Executor ex(2);
     const Gradients fused = ex.backward(g, ex.run(g, for_backward()));
-    const Gradients plain = ex.backward(g, ex.run(g, keep_all()), {}, {}, {}, /*fuse=*/false);
+    const Gradients plain = ex.backward(g, ex.run(g, test::keep_all()), {}, {}, {}, /*fuse=*/false);
     for (const auto& v : g.values())
         // (dL/dbk is 0 but for rounding: a bias on every key shifts a row's scores alike)
         if (v.data && !v.name.ends_with(".bk")) BOOST_TEST_CONTEXT(v.name) {

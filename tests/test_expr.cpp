@@ -116,11 +116,6 @@ void* aligned_alloc(std::size_t alignment, std::size_t n) {
 
 namespace {
 
-RunOptions keep_all() {
-    RunOptions o;
-    o.keep_all = true;
-    return o;
-}
 RunOptions plain_options() {  // one node at a time, one thread: no fused kernel
     RunOptions o;
     o.threads = 1;
@@ -383,7 +378,7 @@ BOOST_AUTO_TEST_CASE(gradients_agree_with_autodiff_f64) {
     auto y = ex::linear(rows, wo, ex::param("bo", c.bo)).named("Y");
 
     const Graph g = ex::to_graph(y, "batched");
-    const RunResult forward = run(g, keep_all());
+    const RunResult forward = run(g, test::keep_all());
     const std::vector<std::string> names = {"X", "Wqkv", "bqkv", "alibi", "Q", "QKV_split:1", "S", "A", "Wo"};
     const Tensor G = graphs::random_tensor({2, 5, 8}, DType::f64, 41);
     for (const bool with_g : {false, true}) {
@@ -417,7 +412,7 @@ BOOST_AUTO_TEST_CASE(gradients_of_the_seed_as_in_the_issue) {
     auto O = ex::matmul(A, v).named("O");
     const auto d = ex::gradients(O, {X, q});
     const Graph g = ex::to_graph(O, "attention");
-    const Gradients reference = backward(g, run(g, keep_all()), {}, with_respect_to({"X", "Q"}));
+    const Gradients reference = backward(g, run(g, test::keep_all()), {}, with_respect_to({"X", "Q"}));
     BOOST_TEST(relative_diff(d[0], reference.at("X")) < 1e-12);
     BOOST_TEST(relative_diff(d[1], reference.at("Q")) < 1e-12);
 }

@@ -141,12 +141,6 @@ std::vector<File> flex_files() {
     return files;
 }
 
-RunOptions keep_all() {
-    RunOptions o;
-    o.keep_all = true;
-    return o;
-}
-
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(every_example_has_a_file) {
@@ -166,7 +160,7 @@ BOOST_AUTO_TEST_CASE(every_file_matches_the_plain_loop_reference) {
                 LoadOptions lo;
                 lo.dtype = dtype;
                 const Graph g = load_graph(f.path, lo);
-                const RunResult r = run(g, keep_all());
+                const RunResult r = run(g, test::keep_all());
                 const Reference ref = reference(f.example, g);
                 const double tol = dtype == DType::f64 ? 1e-12 : 1e-5;
                 BOOST_TEST(rel_diff(values(r.at(g, "O")), ref.o) <= tol);
@@ -212,7 +206,7 @@ BOOST_AUTO_TEST_CASE(examples_at_other_sizes_match_the_reference) {
         BOOST_TEST_CONTEXT(c.variant << " window " << c.window << " prefix " << c.prefix_length << " documents "
                                      << c.documents.size()) {
             const Graph g = graphs::build_variant(c);
-            const RunResult r = run(g, keep_all());
+            const RunResult r = run(g, test::keep_all());
             const Reference ref = reference(e, g);
             BOOST_TEST(rel_diff(values(r.at(g, "O")), ref.o) <= 1e-12);
             BOOST_TEST(rel_diff(values(r.at(g, "A")), ref.a) <= 1e-12);
@@ -270,7 +264,7 @@ BOOST_AUTO_TEST_CASE(another_batch_size_runs_another_length_is_refused) {
             for (const char* name : {"Q", "K", "V"})
                 other[name] = graphs::random_tensor({3, qs[1], qs[2], qs[3]}, DType::f32, 9);
             const Graph fed = g.with_tensors(other);
-            const RunResult r = run(fed, keep_all());
+            const RunResult r = run(fed, test::keep_all());
             BOOST_TEST(rel_diff(values(r.at(fed, "O")), reference(f.example, fed).o) <= 1e-5);
             const bool holds_n = f.example.name != "softcap";
             std::map<std::string, Tensor> longer;

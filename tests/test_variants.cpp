@@ -305,13 +305,6 @@ std::vector<graphs::VariantConfig> cases() {
     return out;
 }
 
-RunOptions keep_all(int threads = 0) {
-    RunOptions o;
-    o.keep_all = true;
-    o.threads = threads;
-    return o;
-}
-
 std::string label(const graphs::VariantConfig& c) {
     std::string s = c.variant + " B=" + std::to_string(c.batch) + " n=" + std::to_string(c.seq);
     if (c.window) s += " window " + std::to_string(c.window);
@@ -357,7 +350,7 @@ BOOST_AUTO_TEST_CASE(causal_graphs_give_no_weight_to_later_keys) {
         if (!causal) continue;
         BOOST_TEST_CONTEXT(label(c)) {
             const Graph g = graphs::build_variant(c);
-            const RunResult r = run(g, keep_all());
+            const RunResult r = run(g, test::keep_all());
             const Tensor& a = r.at(g, "A");
             const Shape s = a.shape();
             const std::size_t n = s[s.size() - 2], m = s.back();
@@ -380,7 +373,7 @@ BOOST_AUTO_TEST_CASE(sliding_window_weight_only_inside_the_window) {
         if (c.variant != "sliding-window") continue;
         BOOST_TEST_CONTEXT(label(c) << (c.causal ? " causal" : "")) {
             const Graph g = graphs::build_variant(c);
-            const RunResult r = run(g, keep_all());
+            const RunResult r = run(g, test::keep_all());
             const Tensor& a = r.at(g, "A");
             const Shape s = a.shape();
             const std::size_t n = s[s.size() - 2], m = s.back(), per_batch = a.size() / s[0];
@@ -436,7 +429,7 @@ BOOST_DATA_TEST_CASE(batched_form_equals_per_head_form, bdata::make({0, 1}), f64
 
 BOOST_AUTO_TEST_CASE(batched_form_reproduces_the_seed_document) {
     const Graph g = graphs::build_batched_mha(graphs::seed_mha_config(), graphs::seed_mha_weights());
-    const RunResult r = run(g, keep_all());
+    const RunResult r = run(g, test::keep_all());
     BOOST_TEST(test::max_abs_diff(r.at(g, "Y"), test::seed_values()["Y"]) <= 2e-6);
 }
 
@@ -444,8 +437,8 @@ BOOST_AUTO_TEST_CASE(results_are_bit_identical_for_any_thread_count) {
     for (const auto& c : cases()) {
         BOOST_TEST_CONTEXT(label(c)) {
             const Graph g = graphs::build_variant(c);
-            const Tensor one = run(g, keep_all(1)).at(g, "Y");
-            for (int threads : {2, 4, 8}) BOOST_TEST((run(g, keep_all(threads)).at(g, "Y") == one));
+            const Tensor one = run(g, test::keep_all(1)).at(g, "Y");
+            for (int threads : {2, 4, 8}) BOOST_TEST((run(g, test::keep_all(threads)).at(g, "Y") == one));
         }
     }
 }
@@ -554,7 +547,7 @@ BOOST_AUTO_TEST_CASE(another_batch_size_and_sequence_length) {
             const Graph fed = g.with_tensors(inputs);
             graphs::VariantConfig now = k.built;
             now.batch = k.batch, now.seq = k.seq, now.kv_seq = k.kv_seq;
-            const RunResult r = run(fed, keep_all());
+            const RunResult r = run(fed, test::keep_all());
             const Reference ref = reference(now, kv_heads(now), weights_of(fed, now));
             BOOST_TEST((r.at(fed, "Y").shape() == Shape{k.batch, k.seq, d}));
             BOOST_TEST(rel_diff(values(r.at(fed, "Y")), ref.y) <= 1e-5);
@@ -597,7 +590,7 @@ BOOST_DATA_TEST_CASE(decode_step_by_step_equals_the_causal_run, bdata::make({0, 
     Vec want;
     const Tensor x = *whole.value(whole.at("X")).data;
     if (!grouped) {
-        want = values(run(whole, keep_all()).at(whole, "Y"));
+        want = values(run(whole, test::keep_all()).at(whole, "Y"));
     } else {
         auto as_causal = causal;
         as_causal.variant = "causal";
@@ -611,7 +604,7 @@ BOOST_DATA_TEST_CASE(decode_step_by_step_equals_the_causal_run, bdata::make({0, 
     double worst = 0;
     for (std::size_t t = 0; t < n; ++t) {
         const Graph fed = step.with_tensors({{"X", token(x, t)}, {"past_key", past_key}, {"past_value", past_value}});
-        const RunResult r = run(fed, keep_all());
+        const RunResult r = run(fed, test::keep_all());
         const Vec y = values(r.at(fed, "Y"));
         for (std::size_t b = 0; b < 2; ++b)
             for (std::size_t j = 0; j < d; ++j)
@@ -655,7 +648,7 @@ BOOST_AUTO_TEST_CASE(index_masks_are_made_of_range_and_comparisons) {
             BOOST_TEST(ops["Less"] >= 1);
             BOOST_TEST((ops[c.variant == "document" ? "Equal" : "Where"] == 1));
             // the keep tensor is (n, n): one for every sequence and head
-            const RunResult r = run(g, keep_all());
+            const RunResult r = run(g, test::keep_all());
             BOOST_TEST((r.at(g, "keep").shape() == Shape{6, 6}));
         }
     }
@@ -667,7 +660,7 @@ BOOST_AUTO_TEST_CASE(sinks_take_weight_from_every_row) {
     auto c = config("sinks", 2, 5, 8, 2);
     c.lengths = {5, 0};
     const Graph g = graphs::build_variant(c);
-    const RunResult r = run(g, keep_all());
+    const RunResult r = run(g, test::keep_all());
     const Tensor& a = r.at(g, "A");
     BOOST_TEST((a.shape() == Shape{2, 2, 5, 5}));
     BOOST_TEST((r.at(g, "A_sinks").shape() == Shape{2, 2, 5, 6}));

@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/executor.hpp"
 #include "engine/tensor.hpp"
 
 namespace attngraph::test {
@@ -36,6 +37,14 @@ inline double max_abs_diff(const Tensor& a, const Tensor& b) {
     double m = 0;
     for (std::size_t i = 0; i < a.size(); ++i) m = std::max(m, std::abs(a.at_flat(i) - b.at_flat(i)));
     return m;
+}
+
+/// Run options that keep every value of the run (on `threads` threads; 0: every core).
+inline RunOptions keep_all(int threads = 0) {
+    RunOptions o;
+    o.keep_all = true;
+    o.threads = threads;
+    return o;
 }
 
 /// max |got - want| / max |want| over two lists of numbers; +inf when their sizes differ.
