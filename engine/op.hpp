@@ -27,6 +27,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <variant>
 #include <vector>
 
@@ -58,15 +59,36 @@ struct ExtensionAttrs {
     std::shared_ptr<const Base> holder;
 };
 
-/// @brief A node's attributes: one alternative per built-in op (its Attrs), and user ops.
-using NodeAttrs = decltype(boost::hana::unpack(ops::builtin_ops, []<class... Ops>(boost::hana::basic_type<Ops>...) {
-    return std::variant<typename Ops::Attrs..., ExtensionAttrs>{};
+namespace detail {
+/// The built-in op types as a plain pack, unpacked from ops::builtin_ops once. The queries
+/// below are folds over it: Hana's set and search algorithms over the 39 ops cost 2-3 s of
+/// compile time in every file that includes this header.
+template <class... Ops>
+struct OpPack {
+    template <class Op>
+    static constexpr bool contains = (std::is_same_v<Op, Ops> || ...);
+    /// The position of Op in the pack (the pack's size if it is not there).
+    template <class Op>
+    static constexpr std::size_t index_of = [] {
+        std::size_t i = 0;
+        ((std::is_same_v<Op, Ops> ? false : (++i, true)) && ...);
+        return i;
+    }();
+    /// How many ops have Attrs type A.
+    template <class A>
+    static constexpr std::size_t attrs_count = (std::size_t{std::is_same_v<A, typename Ops::Attrs>} + ...);
+    static constexpr bool distinct_attrs = ((attrs_count<typename Ops::Attrs> == 1) && ...);
+    using Attrs = std::variant<typename Ops::Attrs..., ExtensionAttrs>;
+};
+using BuiltinOps = decltype(boost::hana::unpack(ops::builtin_ops, []<class... Ops>(boost::hana::basic_type<Ops>...) {
+    return OpPack<Ops...>{};
 }));
+}  // namespace detail
 
-static_assert(decltype(boost::hana::length(boost::hana::to_set(boost::hana::transform(
-                  ops::builtin_ops,
-                  [](auto op) { return boost::hana::type_c<typename decltype(op)::type::Attrs>; }))))::value ==
-                  decltype(boost::hana::length(ops::builtin_ops))::value,
+/// @brief A node's attributes: one alternative per built-in op (its Attrs), and user ops.
+using NodeAttrs = detail::BuiltinOps::Attrs;
+
+static_assert(detail::BuiltinOps::distinct_attrs,
               "two ops of ops::builtin_ops share an Attrs type: give each op its own struct");
 
 class GraphBuilder;  // engine/builder.hpp
@@ -95,7 +117,7 @@ concept composite_op = requires(const typename Op::Attrs& a, detail::ExpansionPr
 
 /// Whether Op is one of the built-in ops (its Attrs are an alternative of NodeAttrs).
 template <class Op>
-inline constexpr bool is_builtin_op = decltype(boost::hana::contains(ops::builtin_ops, boost::hana::type_c<Op>))::value;
+inline constexpr bool is_builtin_op = detail::BuiltinOps::contains<Op>;
 
 /// @brief `attrs` as a node of op Op holds them.
 template <class Op>
@@ -327,11 +349,7 @@ const OpDef& builtin_op_def(std::size_t index);
 template <class Op>
 const OpDef& op_def() {
     if constexpr (is_builtin_op<Op>) {
-        constexpr std::size_t index =
-            std::decay_t<decltype(boost::hana::index_if(ops::builtin_ops,
-                                                        boost::hana::equal.to(boost::hana::type_c<Op>))
-                                      .value())>::value;
-        return builtin_op_def(index);
+        return builtin_op_def(detail::BuiltinOps::index_of<Op>);
     } else {
         static const OpDef def = make_op_def<Op>();
         return def;
