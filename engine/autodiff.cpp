@@ -96,7 +96,8 @@ std::vector<AttentionGroup> attention_groups(const Graph& g, const Plan& plan) {
         if (step.kind != StepKind::attention || !step.attention) continue;
         const AttentionSpec& spec = *step.attention;
         // the backward fuses the plain chain: at most a Scale between the scores and the softmax
-        bool plain = spec.stages.size() <= 1 && (spec.stages.empty() || spec.stages[0].kind == ScoreStage::Kind::scale);
+        bool plain = !spec.sink && spec.stages.size() <= 1 &&
+                     (spec.stages.empty() || spec.stages[0].kind == ScoreStage::Kind::scale);
         for (int f : step.folded) {
             const Node& fn = nodes[static_cast<std::size_t>(f)];
             plain = plain && (fn.is<ops::Transpose>() || fn.is<ops::MatMul>() || fn.is<ops::Scale>() ||

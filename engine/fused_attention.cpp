@@ -17,6 +17,7 @@ void AttentionSpec::finish() {
     level.assign(count + 1, count);
     for (std::size_t v = count; v-- > 0;) level[v] = kept(v) ? v : level[v + 1];
     fold_scale = false;
+    if (sink && !sink->scores_outputs.empty()) return;  // S_sinks shows the chain's last value
     for (std::size_t s = count; s-- > 0;) {
         if (kept(s + 1)) break;
         if (!stages[s].computes()) continue;
@@ -89,6 +90,10 @@ AttentionKernel<T>::AttentionKernel(const AttentionSpec& spec, In<T> in)
         m_operand_strides.push_back(st.operand >= 0 ? ops::broadcast_strides(st.operand_shape, st.shape)
                                                     : std::vector<std::size_t>{});
     }
+    if (spec.sink) {
+        m_sink_bias = in[static_cast<std::size_t>(spec.sink->operand)]->data();
+        m_sink_strides = ops::broadcast_strides(spec.sink->operand_shape, spec.sink->shape);
+    }
 }
 
 template <class T>
@@ -149,16 +154,18 @@ typename AttentionKernel<T>::Block AttentionKernel<T>::block(std::size_t b, std:
 
 // Writes the block's rows of a kept value into each of `slots`: the computed columns (the
 // span of `level`) from s, `fill` elsewhere (-inf where a Mask removed the key, 0 for A).
+// With `last` (S_sinks, A_sinks), rows of m + 1 values: the sink column last[r] after the keys.
 template <class T>
 void AttentionKernel<T>::write(const std::vector<int>& slots, Out<T> kept, const Block& blk, const T* s,
-                               std::size_t ld, std::size_t c0, std::size_t level, T fill) const {
-    const std::size_t m = m_spec.m;
+                               std::size_t ld, std::size_t c0, std::size_t level, T fill, const T* last) const {
+    const std::size_t m = m_spec.m, width = last ? m + 1 : m;
     if (kept.empty()) return;  // weights() for a recomputation: nothing to write
     for (int slot : slots) {
-        T* out = kept[static_cast<std::size_t>(slot)]->data() + (blk.b * m_spec.n + blk.r0) * m;
+        T* out = kept[static_cast<std::size_t>(slot)]->data() + (blk.b * m_spec.n + blk.r0) * width;
         for (std::size_t r = 0; r < blk.rows; ++r) {
             const Span sp = span(level, blk.b, blk.r0 + r);
-            T* row = out + r * m;
+            T* row = out + r * width;
+            if (last) row[m] = last[r];
             if (sp.lo == sp.hi) {
                 std::fill(row, row + m, fill);
                 continue;
@@ -168,6 +175,32 @@ void AttentionKernel<T>::write(const std::vector<int>& slots, Out<T> kept, const
             std::fill(row + sp.hi, row + m, fill);
         }
     }
+}
+
+// The block's sink logits into `column`, each row's by its nodes' arithmetic: S_first =
+// S_raw[row, 0] by a GEMM call of its own (a window may leave the block no key 0; one call
+// whatever is traced), S_zero = factor · S_first (ops/scale.hpp), S_sink = S_zero + bias
+// (ops/add.hpp, in the Add's operand order). Kept ones are written on the way.
+template <class T>
+void AttentionKernel<T>::sink_column(const Block& blk, T* column, Out<T> kept) const {
+    const AttentionSpec& spec = m_spec;
+    const SinkColumn& sc = *spec.sink;
+    const std::size_t first = blk.b * spec.n + blk.r0;  // the block's first row of (..., n, 1)
+    auto put = [&](const std::vector<int>& slots) {
+        if (kept.empty()) return;
+        for (int slot : slots) std::copy(column, column + blk.rows, kept[static_cast<std::size_t>(slot)]->data() + first);
+    };
+    gemm<T>(false, true, blk.rows, 1, spec.dk, T(1), m_q + first * spec.dk, spec.dk,
+            m_k + m_k_offset[blk.b] * spec.m * spec.dk, spec.dk, T(0), column, 1);
+    put(sc.first_outputs);
+    const T f = static_cast<T>(sc.factor);
+    for (std::size_t r = 0; r < blk.rows; ++r) column[r] = f * column[r];
+    put(sc.zero_outputs);
+    for (std::size_t r = 0; r < blk.rows; ++r) {
+        const T bias = m_sink_bias[ops::broadcast_offset(first + r, sc.shape, m_sink_strides)];
+        column[r] = sc.bias_first ? bias + column[r] : column[r] + bias;
+    }
+    put(sc.column_outputs);
 }
 
 // One stage of the chain in place on the block's scores, on each row's span of `level`:
@@ -277,8 +310,16 @@ typename AttentionKernel<T>::Weights AttentionKernel<T>::weights(const Block& bl
         if (st != folded && stage_.computes()) stage(stage_, blk, s, ld, c0, spec.level[st + 1]);
         if (!stage_.outputs.empty()) write(stage_.outputs, kept, blk, s, ld, c0, spec.level[st + 1], neg_inf);
     }
+    // gpt-oss's sinks: each row's logit joins its softmax as column m (then its weight)
+    T sinks[gemm_row_block];
+    if (spec.sink) {
+        sink_column(blk, sinks, kept);
+        if (!spec.sink->scores_outputs.empty())
+            write(spec.sink->scores_outputs, kept, blk, s, ld, c0, count, neg_inf, sinks);
+    }
     const T factor = spec.fold_scale ? static_cast<T>(spec.stages[folded].factor) : T(1);
-    softmax_spans<T>(s, ld, s, ld, c0, blk.rows, blk.row_lo.data(), blk.row_hi.data(), m, factor, spec.fold_scale);
+    softmax_spans<T>(s, ld, s, ld, c0, blk.rows, blk.row_lo.data(), blk.row_hi.data(), spec.sink ? m + 1 : m, factor,
+                     spec.fold_scale, spec.sink ? sinks : nullptr);
     // zero weight for the keys of [lo, hi) outside a row's span (the A·V product reads them)
     for (std::size_t r = 0; r < blk.rows && blk.lo < blk.hi; ++r) {
         T* row = s + r * ld;
@@ -290,6 +331,8 @@ typename AttentionKernel<T>::Weights AttentionKernel<T>::weights(const Block& bl
         std::fill(row + (blk.row_hi[r] - c0), row + (blk.hi - c0), T(0));
     }
     if (!spec.a_outputs.empty()) write(spec.a_outputs, kept, blk, s, ld, c0, count, T(0));
+    if (spec.sink && !spec.sink->weights_outputs.empty())
+        write(spec.sink->weights_outputs, kept, blk, s, ld, c0, count, T(0), sinks);
     return {s + (blk.lo - c0), ld};
 }
 

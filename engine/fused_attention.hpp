@@ -32,6 +32,7 @@
 // traced-only columns by separate calls.
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include <boost/container/small_vector.hpp>
@@ -67,8 +68,23 @@ struct ScoreStage {
     bool computes() const { return kind != Kind::mask || mask_tensor != MaskTensor::none; }
 };
 
+/// @brief gpt-oss's attention sinks: each row's softmax takes one more column after the m keys,
+/// the head's sink logit, and the first m weights are A (the sink's weight goes nowhere). As
+/// the graph builds it (graphs/variants.cpp):
+///   S_first = S_raw[..., :1], S_zero = factor · S_first, S_sink = S_zero + bias (the sinks),
+///   S_sinks = [S | S_sink] (S the chain's output), A_sinks = softmax(S_sinks), A = A_sinks[..., :m].
+struct SinkColumn {
+    double factor = 0.0;  ///< S_zero = factor · S_first (0: the column is the bias alone for finite scores)
+    int operand = -1;     ///< step input: the bias (the sink logits), broadcast to `shape`
+    bool bias_first = false;  ///< S_sink = bias + S_zero (the Add's operands the other way round)
+    Shape operand_shape;  ///< its shape
+    Shape shape;          ///< S_first's, S_zero's and S_sink's: (..., n, 1)
+    /// step outputs holding S_first, S_zero, S_sink, S_sinks, A_sinks (each kept or not)
+    std::vector<int> first_outputs, zero_outputs, column_outputs, scores_outputs, weights_outputs;
+};
+
 /// @brief Everything the fused attention kernel needs of the graph. Step inputs: Q, K, V,
-/// then the stages' operands; step outputs: O, then the kept values.
+/// then the stages' operands (and the sink's); step outputs: O, then the kept values.
 struct AttentionSpec {
     Shape batch;             ///< the batch axes of Q, S and O
     Shape k_batch, v_batch;  ///< K's and V's, broadcasting to `batch` (shared across heads: MQA, GQA)
@@ -76,9 +92,10 @@ struct AttentionSpec {
     std::vector<int> s_raw_outputs;  ///< step outputs holding S_raw = Q·Kᵀ
     std::vector<ScoreStage> stages;  ///< the chain, in graph order
     std::vector<int> a_outputs;      ///< step outputs holding A
+    std::optional<SinkColumn> sink;  ///< gpt-oss's sink column in every softmax row
 
-    /// The last stage is a Scale whose value (and nothing after it) is kept: the softmax
-    /// applies the factor (one pass fewer, the same bits). Set by finish().
+    /// The last stage is a Scale whose value (and nothing after it, S_sinks included) is not
+    /// kept: the softmax applies the factor (one pass fewer, the same bits). Set by finish().
     bool fold_scale = false;
     /// level[v]: which stages' spans bound the columns value v needs (v = 0 S_raw, v = s + 1
     /// stage s's output): the spans of stages [0, level[v]). Set by finish().
@@ -134,8 +151,9 @@ private:
     };
     Span span(std::size_t level, std::size_t b, std::size_t row) const;
     void write(const std::vector<int>& slots, Out<T> kept, const Block& blk, const T* s, std::size_t ld,
-               std::size_t c0, std::size_t level, T fill) const;
+               std::size_t c0, std::size_t level, T fill, const T* last = nullptr) const;
     void stage(const ScoreStage& st, const Block& blk, T* s, std::size_t ld, std::size_t c0, std::size_t level) const;
+    void sink_column(const Block& blk, T* column, Out<T> kept) const;
 
     const AttentionSpec& m_spec;
     const T* m_q;
@@ -147,6 +165,8 @@ private:
     Small<const T*, 8> m_operands;                  // per stage: its operand's data (or null)
     Small<std::vector<std::size_t>, 8> m_operand_strides;  // per stage: broadcast strides into `shape`
     Small<std::size_t, 16> m_k_offset, m_v_offset;  // per batch: the matrix index of K, V
+    const T* m_sink_bias = nullptr;                  // the sink logits (spec.sink's operand)
+    std::vector<std::size_t> m_sink_strides;         // their broadcast strides into the sink column
     std::size_t m_batches = 0, m_blocks = 0;
 };
 

@@ -27,12 +27,13 @@ public:
         return m_keep[static_cast<std::size_t>(id)] ? -1 : link<Op>(id, folded);
     }
 
-    /// As foldable, but the value may be kept: the step that folds its node writes it.
+    /// As foldable, but the value may be kept: the step that folds its node writes it. `uses`:
+    /// the reads the step accounts for (S_raw read by the chain and by the sinks' S_first).
     template <class Op>
-    int link(int id, const std::vector<bool>& folded) const {
+    int link(int id, const std::vector<bool>& folded, int uses = 1) const {
         const ValueInfo& v = m_graph.value(id);
         const auto u = static_cast<std::size_t>(id);
-        if (v.producer < 0 || m_uses[u] != 1) return -1;
+        if (v.producer < 0 || m_uses[u] != uses) return -1;
         const Node& n = m_graph.nodes()[static_cast<std::size_t>(v.producer)];
         if (!n.is<Op>() || n.outputs.size() != 1 || folded[static_cast<std::size_t>(v.producer)]) return -1;
         return v.producer;
@@ -168,6 +169,63 @@ bool chain_stage(const Matcher& m, int id, const std::vector<bool>& folded, Scor
     return true;
 }
 
+// A Slice of the last axis of value `id` to [begin, end).
+bool slices_last_axis(const Matcher& m, int node, long begin, long end) {
+    const Shape& x = m.shape(m.node(node).inputs[0]);
+    const ops::Slice::Range r = ops::Slice::range(*m.node(node).attrs_if<ops::Slice>(), x);
+    return r.axis + 1 == x.size() && static_cast<long>(r.begin) == begin && static_cast<long>(r.end) == end;
+}
+
+// gpt-oss's sinks between the chain and A (engine/fused_attention.hpp, SinkColumn):
+// A = Slice(A_sinks) of the first m columns, A_sinks = Softmax(S_sinks) on the last axis,
+// S_sinks = Concat(S, S_sink) on the last axis, S_sink = Add(S_zero, bias) (either order),
+// S_zero = Scale(S_first), S_first = Slice(S_raw) of column 0. Each value read once (but
+// S_raw) and perhaps kept. Gives the column with its bias's value id in `operand`, S (the
+// chain's output), S_raw (S_first's input) and the values' ids; the nodes go to `nodes`.
+struct SinkMatch {
+    SinkColumn column;
+    int s = -1, s_raw = -1, bias = -1;
+    int s_first = -1, s_zero = -1, s_sink = -1, s_sinks = -1, a_sinks = -1;
+};
+
+bool match_sinks(const Matcher& m, int a, const std::vector<bool>& folded, std::vector<int>& nodes, SinkMatch& sm) {
+    const int a_slice = m.link<ops::Slice>(a, folded);
+    if (a_slice < 0) return false;
+    sm.a_sinks = m.node(a_slice).inputs[0];
+    const std::size_t keys = m.shape(sm.a_sinks).back();
+    if (keys < 2 || !slices_last_axis(m, a_slice, 0, static_cast<long>(keys) - 1)) return false;
+    const int softmax = m.link<ops::Softmax>(sm.a_sinks, folded);
+    if (softmax < 0 || !m.softmax_on_last_axis(softmax)) return false;
+    sm.s_sinks = m.node(softmax).inputs[0];
+    const int concat = m.link<ops::Concat>(sm.s_sinks, folded);
+    if (concat < 0 || m.node(concat).inputs.size() != 2) return false;
+    const Shape& cs = m.shape(sm.s_sinks);
+    const int axis = m.node(concat).attrs_if<ops::Concat>()->axis;
+    if (axis != -1 && axis != static_cast<int>(cs.size()) - 1) return false;
+    sm.s = m.node(concat).inputs[0];
+    sm.s_sink = m.node(concat).inputs[1];
+    if (m.shape(sm.s_sink).back() != 1) return false;
+    const int add = m.link<ops::Add>(sm.s_sink, folded);
+    if (add < 0) return false;
+    const Node& an = m.node(add);
+    int scale = m.link<ops::Scale>(an.inputs[0], folded);
+    sm.column.bias_first = scale < 0;
+    if (scale < 0) scale = m.link<ops::Scale>(an.inputs[1], folded);
+    if (scale < 0) return false;
+    sm.s_zero = m.node(scale).outputs[0];
+    sm.bias = an.inputs[sm.column.bias_first ? 0 : 1];
+    if (m.shape(sm.s_zero) != m.shape(sm.s_sink)) return false;  // the bias broadcasts to it
+    sm.s_first = m.node(scale).inputs[0];
+    const int first_slice = m.link<ops::Slice>(sm.s_first, folded);
+    if (first_slice < 0 || !slices_last_axis(m, first_slice, 0, 1)) return false;
+    sm.s_raw = m.node(first_slice).inputs[0];
+    sm.column.factor = m.scale_factor(scale);
+    sm.column.operand_shape = m.shape(sm.bias);
+    sm.column.shape = m.shape(sm.s_sink);
+    nodes.insert(nodes.end(), {a_slice, softmax, concat, add, scale, first_slice});
+    return true;
+}
+
 // O = MatMul(A, V), A = Softmax(S) on the last axis, S = chain(S_raw), S_raw = MatMul(Q, KT),
 // KT = Transpose(K) swapping the last two axes; Q (..., n, dk), K (..., m, dk), V (..., m, dv),
 // the batch axes of K and V broadcasting to Q's, which are O's. The chain is Scale, Tanh,
@@ -176,15 +234,22 @@ bool chain_stage(const Matcher& m, int id, const std::vector<bool>& folded, Scor
 // composite's GQA form: S_raw_groups (B, G, r, n, m) → S_raw (B, H, n, m), KT → KT_groups
 // (B, G, 1, dk, m)).
 // Every value from S_raw to A is read only by the next node and may be kept (the step writes
-// it, block by block); KT may be kept too (its Transpose then runs on its own).
+// it, block by block); KT may be kept too (its Transpose then runs on its own). With gpt-oss's
+// sinks, A is the slice of a softmax with one more column (match_sinks).
 bool match_attention(const Matcher& m, int o_node, std::vector<bool>& folded, Step& step) {
     const Node& o = m.node(o_node);
     if (!o.is<ops::MatMul>()) return false;
     std::vector<int> nodes;  // folded into the step
     const std::vector<int> a_ids = through_reshapes(m, o.inputs[0], folded, nodes);
-    const int a_node = m.link<ops::Softmax>(a_ids[0], folded);
-    if (a_node < 0 || !m.softmax_on_last_axis(a_node)) return false;
-    nodes.push_back(a_node);
+    SinkMatch sinks;
+    const bool with_sinks = match_sinks(m, a_ids[0], folded, nodes, sinks);
+    int softmax_input = sinks.s;
+    if (!with_sinks) {
+        const int a_node = m.link<ops::Softmax>(a_ids[0], folded);
+        if (a_node < 0 || !m.softmax_on_last_axis(a_node)) return false;
+        nodes.push_back(a_node);
+        softmax_input = m.node(a_node).inputs[0];
+    }
 
     // the chain, from the softmax back to S_raw
     struct Link {
@@ -195,9 +260,10 @@ bool match_attention(const Matcher& m, int o_node, std::vector<bool>& folded, St
     std::vector<Link> chain;
     std::vector<int> sraw_ids;
     int sraw_node = -1;
-    for (int id = m.node(a_node).inputs[0];;) {
+    for (int id = softmax_input;;) {
         std::vector<int> ids = through_reshapes(m, id, folded, nodes);
-        if ((sraw_node = m.link<ops::MatMul>(ids[0], folded)) >= 0) {
+        const int uses = with_sinks && ids[0] == sinks.s_raw ? 2 : 1;  // and S_first
+        if ((sraw_node = m.link<ops::MatMul>(ids[0], folded, uses)) >= 0) {
             sraw_ids = std::move(ids);
             break;
         }
@@ -240,6 +306,17 @@ bool match_attention(const Matcher& m, int o_node, std::vector<bool>& folded, St
         });
     };
     if (!one_per_query_matrix(sraw_ids) || !one_per_query_matrix(a_ids)) return false;
+    if (with_sinks) {
+        if (sraw_ids[0] != sinks.s_raw) return false;
+        auto per_row = [&](int id, std::size_t width) {
+            const Shape& s = m.shape(id);
+            return s.size() >= 2 && s.end()[-2] == n && s.back() == width &&
+                   element_count(batch_of(s)) == element_count(batch);
+        };
+        for (int id : {sinks.s_first, sinks.s_zero, sinks.s_sink})
+            if (!per_row(id, 1)) return false;
+        if (!per_row(sinks.s_sinks, keys + 1) || !per_row(sinks.a_sinks, keys + 1)) return false;
+    }
     // a Mask pattern is a span of keys when every node after it keeps -inf at -inf
     bool masked = false;
     for (const Link& l : chain) {
@@ -277,6 +354,17 @@ bool match_attention(const Matcher& m, int o_node, std::vector<bool>& folded, St
         spec->stages.push_back(std::move(l.stage));
     }
     spec->a_outputs = slots(a_ids);
+    if (with_sinks) {
+        SinkColumn& sc = sinks.column;
+        sc.operand = static_cast<int>(step.inputs.size());
+        step.inputs.push_back(sinks.bias);
+        sc.first_outputs = slots({sinks.s_first});
+        sc.zero_outputs = slots({sinks.s_zero});
+        sc.column_outputs = slots({sinks.s_sink});
+        sc.scores_outputs = slots({sinks.s_sinks});
+        sc.weights_outputs = slots({sinks.a_sinks});
+        spec->sink = std::move(sc);
+    }
     spec->finish();
     step.attention = std::move(spec);
 

@@ -11,7 +11,8 @@
 //                   scratch block (never the n×m matrix); seen ones are written block by
 //                   block; an unseen KT is never made (the GEMM reads K transposed). K and V
 //                   may be shared across query heads (their batch axes broadcast to Q's: MQA,
-//                   GQA, also through the composite's (B, G, 1, m, d) Reshapes).
+//                   GQA, also through the composite's (B, G, 1, m, d) Reshapes). gpt-oss's
+//                   sinks fold too: A = softmax([S | sink column])[..., :m] (SinkColumn).
 //   matmul_tb       MatMul(a, Transpose(b)) with the transpose unseen: the GEMM reads b
 //                   transposed instead of a copy.
 //   scaled_softmax  Softmax(Scale(x)) along the last axis with the scaled values unseen: one

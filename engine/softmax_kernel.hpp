@@ -18,9 +18,15 @@ void softmax_rows(const T* x, T* y, std::size_t rows, std::size_t len, T scale, 
 /// softmax_rows gives there (it gives 0 elsewhere; the caller writes those zeros where it
 /// needs them). With `scaled` the values are scale·x inside the span, -inf outside (a Mask
 /// applied after a Scale). An empty span, or one all -inf, is a fully masked row.
+///
+/// `last`, when not null, holds one value per row for column len - 1, outside the spans
+/// (which end before it) and never scaled: a sink logit after the m = len - 1 keys (gpt-oss).
+/// The row's softmax takes it in its lane as softmax_rows does, and last[r] gets its weight.
+/// A row with an empty span then gives the sink all the weight (its keys 0).
 template <class T>
 void softmax_spans(const T* x, std::size_t ldx, T* y, std::size_t ldy, std::size_t col0, std::size_t rows,
-                   const std::size_t* lo, const std::size_t* hi, std::size_t len, T scale, bool scaled);
+                   const std::size_t* lo, const std::size_t* hi, std::size_t len, T scale, bool scaled,
+                   T* last = nullptr);
 
 namespace softmax_detail {
 // softmax_rows for one xsimd architecture; defined in softmax_kernel_impl.hpp and
@@ -32,7 +38,8 @@ struct Kernel {
 struct SpanKernel {
     template <class Arch, class T>
     void operator()(Arch, const T* x, std::size_t ldx, T* y, std::size_t ldy, std::size_t col0, std::size_t rows,
-                    const std::size_t* lo, const std::size_t* hi, std::size_t len, T scale, bool scaled) const;
+                    const std::size_t* lo, const std::size_t* hi, std::size_t len, T scale, bool scaled,
+                    T* last) const;
 };
 }  // namespace softmax_detail
 

@@ -86,28 +86,45 @@ void softmax_row(const T* x, T* y, std::size_t len, T scale, bool scaled) {
 // the span misses would only have added exp(-inf) = 0 to the sums. With `scaled`, the values
 // are scale·x inside the span and -inf outside (a Mask after a Scale), whatever the sign of
 // scale.
+//
+// `last`, when not null, is the value of column len - 1 (a sink logit after the keys, never
+// scaled; the span then ends before it): it joins the row in its lane, the body's last batch
+// or the tail (added to the tail's sum last, as softmax_row adds it), and gets its weight
+// back. An empty span (first == end) then leaves the row to that column alone.
 template <class Arch, class T>
-void softmax_span_row(const T* x, T* y, std::size_t first, std::size_t end, std::size_t len, T scale, bool scaled) {
+void softmax_span_row(const T* x, T* y, std::size_t first, std::size_t end, std::size_t len, T scale, bool scaled,
+                      T* last) {
     using B = xsimd::batch<T, Arch>;
     constexpr std::size_t lanes = B::size;
     const T neg_inf = -std::numeric_limits<T>::infinity();
     const std::size_t body = len - len % lanes, count = end - first;
     alignas(64) T part[lanes];
     const B vscale = B::broadcast(scale);
+    if (last && first == end) first = end = len - 1;  // no key: only the last column's batch
     const std::size_t a0 = first - first % lanes, body_end = end < body ? end : body;
     auto whole = [&](std::size_t a) { return a >= first && a + lanes <= end; };
-    // a batch of the body the span covers only partly, through `part`
+    // the last column's value through the passes; its batch when the body holds it and the
+    // span's batches do not reach it
+    const std::size_t last_col = len - 1;
+    T last_v = last ? *last : neg_inf;
+    const bool last_batch = last && last_col < body && body_end <= last_col - last_col % lanes;
+    const bool last_in_tail = last && last_col >= body;
+    // a batch of the body the span covers only partly (or the last column's), through `part`
     auto load_part = [&](const T* src, std::size_t a, bool scale_it) {
         for (std::size_t k = 0; k < lanes; ++k) {
             const std::size_t c = a + k;
-            part[k] = c >= first && c < end ? (scale_it ? scale * src[c - first] : src[c - first]) : neg_inf;
+            part[k] = c >= first && c < end        ? (scale_it ? scale * src[c - first] : src[c - first])
+                      : last && c == last_col ? last_v
+                                              : neg_inf;
         }
         return B::load_aligned(part);
     };
     auto store_part = [&](const B& v, T* dst, std::size_t a) {
         v.store_aligned(part);
-        for (std::size_t k = 0; k < lanes; ++k)
+        for (std::size_t k = 0; k < lanes; ++k) {
             if (a + k >= first && a + k < end) dst[a + k - first] = part[k];
+            if (last && a + k == last_col) last_v = part[k];
+        }
     };
 
     B vmax = B::broadcast(neg_inf);
@@ -123,6 +140,7 @@ void softmax_span_row(const T* x, T* y, std::size_t first, std::size_t end, std:
         }
         vmax = xsimd::max(vmax, v);
     }
+    if (last_batch) vmax = xsimd::max(vmax, load_part(x, last_col - last_col % lanes, false));
     vmax.store_aligned(part);
     T mx = neg_inf;
     for (std::size_t i = 0; i < lanes; ++i) mx = mx < part[i] ? part[i] : mx;
@@ -131,8 +149,10 @@ void softmax_span_row(const T* x, T* y, std::size_t first, std::size_t end, std:
         y[c - first] = v;
         mx = mx < v ? v : mx;
     }
+    if (last_in_tail) mx = mx < last_v ? last_v : mx;
     if (mx == neg_inf) {
         for (std::size_t i = 0; i < count; ++i) y[i] = T(0);
+        if (last) *last = T(0);
         return;
     }
 
@@ -149,17 +169,27 @@ void softmax_span_row(const T* x, T* y, std::size_t first, std::size_t end, std:
             vsum += e;
         }
     }
+    if (last_batch) {  // after the span's batches, as softmax_row's last batch
+        const std::size_t a = last_col - last_col % lanes;
+        const B e = xsimd::exp(exp_arg(load_part(y, a, false) - vmx));
+        store_part(e, y, a);
+        vsum += e;
+    }
     T sum = xsimd::hadd(vsum);
-    if (end > body) {
+    if (end > body || last_in_tail) {
         for (std::size_t k = 0; k < lanes; ++k) {
             const std::size_t c = body + k;
-            part[k] = c >= first && c < end ? y[c - first] : neg_inf;
+            part[k] = c >= first && c < end ? y[c - first] : last && c == last_col ? last_v : neg_inf;
         }
         const B e = xsimd::exp(exp_arg(B::load_aligned(part) - vmx));
         e.store_aligned(part);
         for (std::size_t c = first > body ? first : body; c < end; ++c) {
             y[c - first] = part[c - body];
             sum += y[c - first];
+        }
+        if (last_in_tail) {
+            last_v = part[last_col - body];
+            sum += last_v;
         }
     }
 
@@ -168,16 +198,19 @@ void softmax_span_row(const T* x, T* y, std::size_t first, std::size_t end, std:
     std::size_t i = 0;
     for (; i + lanes <= count; i += lanes) (B::load_unaligned(y + i) * vinv).store_unaligned(y + i);
     for (; i < count; ++i) y[i] *= inv;
+    if (last) *last = last_v * inv;
 }
 
 template <class Arch, class T>
 void SpanKernel::operator()(Arch, const T* x, std::size_t ldx, T* y, std::size_t ldy, std::size_t col0,
                             std::size_t rows, const std::size_t* lo, const std::size_t* hi, std::size_t len, T scale,
-                            bool scaled) const {
-    for (std::size_t r = 0; r < rows; ++r)
-        if (lo[r] < hi[r])
-            softmax_span_row<Arch, T>(x + r * ldx + (lo[r] - col0), y + r * ldy + (lo[r] - col0), lo[r], hi[r], len,
-                                  scale, scaled);
+                            bool scaled, T* last) const {
+    for (std::size_t r = 0; r < rows; ++r) {
+        const std::size_t at = lo[r] < hi[r] ? lo[r] - col0 : 0;  // an empty span reads nothing
+        if (lo[r] < hi[r] || last)
+            softmax_span_row<Arch, T>(x + r * ldx + at, y + r * ldy + at, lo[r], hi[r], len, scale, scaled,
+                                      last ? last + r : nullptr);
+    }
 }
 
 template <class Arch, class T>
@@ -192,9 +225,9 @@ void Kernel::operator()(Arch, const T* x, T* y, std::size_t rows, std::size_t le
                                                    bool) const;                                                      \
     template void SpanKernel::operator()<ARCH, float>(ARCH, const float*, std::size_t, float*, std::size_t,          \
                                                       std::size_t, std::size_t, const std::size_t*,                  \
-                                                      const std::size_t*, std::size_t, float, bool) const;           \
+                                                      const std::size_t*, std::size_t, float, bool, float*) const;   \
     template void SpanKernel::operator()<ARCH, double>(ARCH, const double*, std::size_t, double*, std::size_t,       \
                                                        std::size_t, std::size_t, const std::size_t*,                 \
-                                                       const std::size_t*, std::size_t, double, bool) const;
+                                                       const std::size_t*, std::size_t, double, bool, double*) const;
 
 }  // namespace attngraph::softmax_detail

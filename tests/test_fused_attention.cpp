@@ -50,6 +50,7 @@ std::vector<bool> kept(const Graph& g, const std::vector<std::string>& names = {
 struct Reference {
     std::size_t B, H, G, n, m, d;
     std::function<double(std::size_t, std::size_t, std::size_t, std::size_t, double)> score;
+    std::vector<double> sinks;  // gpt-oss: head h's sink logit joins each row's softmax (its weight dropped)
 };
 
 struct ReferenceResult {
@@ -75,9 +76,11 @@ ReferenceResult reference(const Reference& r, const Tensor& q, const Tensor& k, 
                     s[j] = r.score(b, h, i, j, raw);
                     mx = std::max(mx, s[j]);
                 }
+                const double sink = r.sinks.empty() ? -inf : r.sinks[h];
+                mx = std::max(mx, sink);
                 double* a = &out.a[((b * r.H + h) * r.n + i) * r.m];
                 if (mx == -inf) continue;  // a fully masked row: zeros
-                double sum = 0;
+                double sum = sink == -inf ? 0 : std::exp(sink - mx);
                 for (std::size_t j = 0; j < r.m; ++j) sum += s[j] == -inf ? 0 : std::exp(s[j] - mx);
                 for (std::size_t j = 0; j < r.m; ++j) a[j] = s[j] == -inf ? 0 : std::exp(s[j] - mx) / sum;
                 for (std::size_t e = 0; e < r.d; ++e) {
@@ -106,6 +109,7 @@ struct Case {
     std::function<Value(Value s_raw, GraphBuilder& b)> chain;  // S_raw -> the softmax's input
     std::function<double(std::size_t, std::size_t, std::size_t, std::size_t, double)> score;
     bool grouped_5d = false;  // Q (B, G, r, n, d), K (B, G, 1, m, d) as the batched gqa variant
+    std::vector<double> sinks;  // per head: gpt-oss's sink column, built as graphs/variants.cpp builds it
 };
 
 struct Built {
@@ -126,7 +130,18 @@ Built build(const Case& c) {
         vv = reshape(vv, {G, 1}, 1, 2).named("V_groups");
     }
     Value s_raw = matmul(qv, transpose(kv).named("KT")).named("S_raw");
-    Value a = softmax(c.chain(s_raw, b)).named("A");
+    Value a;
+    if (c.sinks.empty()) {
+        a = softmax(c.chain(s_raw, b)).named("A");
+    } else {
+        Tensor logits = zeros(DType::f32, {c.H, 1, 1});
+        for (std::size_t h = 0; h < c.H; ++h) logits.as<float>().data()[h] = static_cast<float>(c.sinks[h]);
+        const Value s = c.chain(s_raw, b);
+        const Value zero = scale(slice(s_raw, -1, 0, 1).named("S_first"), 0.0).named("S_zero");
+        const Value sink = add(zero, b.param("sinks", logits)).named("S_sink");
+        const Value a_sinks = softmax(concat({s, sink}, -1).named("S_sinks")).named("A_sinks");
+        a = slice(a_sinks, -1, 0, -1).named("A");
+    }
     b.output(matmul(a, vv).named("O"));
     return {b.build(), q, k, v};
 }
@@ -138,6 +153,8 @@ void check_case(const Case& c) {
     const Plan plan = make_plan(g, kept(g));
     BOOST_TEST(count_steps(plan, StepKind::attention) == 1u);
     BOOST_TEST(count_steps(plan, StepKind::node) == 0u + (c.grouped_5d ? 3u : 0u));  // only the inputs' Reshapes
+    // every value kept (a traced run): still one fused step, which writes them
+    BOOST_TEST(count_steps(make_plan(g, std::vector<bool>(g.values().size(), true)), StepKind::attention) == 1u);
 
     RunOptions plain;
     plain.optimize = false;
@@ -149,7 +166,7 @@ void check_case(const Case& c) {
     const RunResult rp = run(g, plain), rf = run(g, fused), rt = run(g, traced);
     const Tensor& o = rf.at(g, "O");
 
-    const Reference ref{c.B, c.H, c.G, c.n, c.m, c.d, c.score};
+    const Reference ref{c.B, c.H, c.G, c.n, c.m, c.d, c.score, c.sinks};
     const ReferenceResult want = reference(ref, built.q, built.k, built.v);
     BOOST_TEST(max_diff(o, want.o) < 2e-5);
     BOOST_TEST(max_diff(rt.at(g, "A"), want.a) < 2e-6);
@@ -191,6 +208,16 @@ void check_case(const Case& c) {
     }
     BOOST_TEST(wrong_zeros == 0u);
     BOOST_TEST(nonzero_empty == 0u);
+    if (!c.sinks.empty()) {  // the weight a row's keys do not take is the sink's
+        const Tensor& a_sinks = rt.at(g, "A_sinks");
+        double worst = 0;
+        for (std::size_t row = 0; row < c.B * c.H * c.n; ++row) {
+            double keys = 0;
+            for (std::size_t j = 0; j < c.m; ++j) keys += want.a[row * c.m + j];
+            worst = std::max(worst, std::abs(a_sinks.at_flat(row * (c.m + 1) + c.m) - (1 - keys)));
+        }
+        BOOST_TEST(worst < 2e-6);
+    }
     BOOST_TEST_MESSAGE(c.name << ": " << empty_rows << " fully masked rows");
 
     // bytewise the same for any thread count, untraced and with A traced
@@ -257,6 +284,43 @@ void check_spans() {
 BOOST_AUTO_TEST_CASE(span_softmax_gives_the_whole_row_bits) {
     check_spans<float>();
     check_spans<double>();
+}
+
+// A sink logit as one more column after the keys (len - 1): its lane in the body's last batch
+// or in the tail, spans reaching its batch or not, empty spans (the sink takes all the weight).
+template <class T>
+void check_spans_with_a_last_column() {
+    const T neg_inf = -std::numeric_limits<T>::infinity();
+    for (std::size_t len : {2u, 8u, 9u, 16u, 17u, 24u, 33u, 101u}) {
+        const std::size_t keys = len - 1;
+        std::vector<T> x(keys);
+        for (std::size_t j = 0; j < keys; ++j) x[j] = static_cast<T>(std::sin(0.7 * static_cast<double>(j)) * 6.0);
+        for (std::size_t first = 0; first <= keys; first += 1 + keys / 6)
+            for (std::size_t end = first; end <= keys; end += 1 + keys / 5)
+                for (T sink : {T(-3.5), T(0.25), T(9)})
+                    for (bool scaled : {false, true}) {
+                        const T scale = T(0.37);
+                        std::vector<T> row(len, neg_inf), want(len);
+                        for (std::size_t j = first; j < end; ++j) row[j] = scaled ? scale * x[j] : x[j];
+                        row[keys] = sink;
+                        softmax_rows<T>(row.data(), want.data(), 1, len, T(1), false);
+                        std::vector<T> got(keys, T(42));
+                        T last = sink;
+                        const std::size_t lo = first, hi = end;
+                        softmax_spans<T>(x.data(), keys, got.data(), keys, 0, 1, &lo, &hi, len, scale, scaled, &last);
+                        BOOST_TEST_CONTEXT("len " << len << " span [" << first << ", " << end << ") sink " << sink
+                                                  << " scaled " << scaled) {
+                            BOOST_TEST(std::memcmp(got.data() + first, want.data() + first,
+                                                   (end - first) * sizeof(T)) == 0);
+                            BOOST_TEST(std::memcmp(&last, &want[keys], sizeof(T)) == 0);
+                        }
+                    }
+    }
+}
+
+BOOST_AUTO_TEST_CASE(span_softmax_with_a_sink_column_gives_the_whole_row_bits) {
+    check_spans_with_a_last_column<float>();
+    check_spans_with_a_last_column<double>();
 }
 
 // Rows with different spans in one call, x not at column 0, in place.
@@ -424,6 +488,39 @@ BOOST_AUTO_TEST_CASE(softcap_and_grouped_heads) {
     check_case(c);
 }
 
+// gpt-oss's sinks (S_sinks = [S_masked | S_sink], A = softmax(S_sinks)[..., :m]): causal, a
+// causal window (rows whose window misses key 0), key padding with a length 0 (rows that give
+// the sink all the weight), heads with sinks below and above their scores.
+BOOST_AUTO_TEST_CASE(sinks_causal_window_and_padding) {
+    struct S {
+        std::string name;
+        int window;
+        std::vector<int> lengths;
+    };
+    for (const S& v : {S{"sinks", 0, {}}, S{"sinks_window", 37, {}}, S{"sinks_padding", 0, {300, 0, 130}}}) {
+        BOOST_TEST_CONTEXT(v.name) {
+            Case c{v.name};
+            c.B = v.lengths.empty() ? 2 : v.lengths.size();
+            c.H = c.G = 3;
+            c.sinks = {-2.0, 0.5, 3.0};
+            const int window = v.window;
+            const std::vector<int> lengths = v.lengths;
+            c.chain = [window, lengths](Value s, GraphBuilder&) {
+                Value x = scale(s, factor).named("S");
+                x = (window ? mask_window(x, window, true) : mask_causal(x, 0)).named("S_masked");
+                return lengths.empty() ? x : mask_padding(x, lengths).named("S_padded");
+            };
+            c.score = [window, lengths](std::size_t b, std::size_t, std::size_t i, std::size_t j, double raw) {
+                const long p = static_cast<long>(i) - static_cast<long>(j);
+                if (p < 0 || (window && p >= window)) return -inf;
+                if (!lengths.empty() && static_cast<int>(j) >= lengths[b]) return -inf;
+                return factor * raw;
+            };
+            check_case(c);
+        }
+    }
+}
+
 // Tanh after a mask would turn -inf into -1: such a chain keeps its nodes (and the numbers).
 BOOST_AUTO_TEST_CASE(tanh_after_a_mask_does_not_fuse) {
     GraphBuilder b("late_tanh");
@@ -512,6 +609,11 @@ BOOST_AUTO_TEST_CASE(every_variant_takes_the_fused_step) {
     cases.push_back({decode, {"attn.S_raw_groups", "attn.S_masked", "attn.A_groups", "attn.KT_groups"}});
     decode.seq = 150;
     cases.push_back({decode, {"attn.S_masked"}});
+    cases.push_back({variant("sinks"), {"S_masked", "S_first", "S_sink", "S_sinks", "A_sinks", "A"}});
+    auto sinks = variant("sinks");
+    sinks.window = 30;
+    sinks.lengths = {200, 0};
+    cases.push_back({sinks, {"S_masked", "S_padded", "S_sinks"}});
     for (const V& v : cases) {
         BOOST_TEST_CONTEXT(v.c.variant << " groups " << v.c.groups << " seq " << v.c.seq) {
             check_graph(graphs::build_variant(v.c), "Y", v.folded);
