@@ -169,7 +169,7 @@ bool chain_stage(const Matcher& m, int id, const std::vector<bool>& folded, Scor
     return true;
 }
 
-// A Slice of the last axis of value `id` to [begin, end).
+// Whether Slice `node` takes [begin, end) of its input's last axis.
 bool slices_last_axis(const Matcher& m, int node, long begin, long end) {
     const Shape& x = m.shape(m.node(node).inputs[0]);
     const ops::Slice::Range r = ops::Slice::range(*m.node(node).attrs_if<ops::Slice>(), x);
@@ -180,8 +180,9 @@ bool slices_last_axis(const Matcher& m, int node, long begin, long end) {
 // A = Slice(A_sinks) of the first m columns, A_sinks = Softmax(S_sinks) on the last axis,
 // S_sinks = Concat(S, S_sink) on the last axis, S_sink = Add(S_zero, bias) (either order),
 // S_zero = Scale(S_first), S_first = Slice(S_raw) of column 0. Each value read once (but
-// S_raw) and perhaps kept. Gives the column with its bias's value id in `operand`, S (the
-// chain's output), S_raw (S_first's input) and the values' ids; the nodes go to `nodes`.
+// S_raw) and perhaps kept. Gives the column (its factor, its bias's shape), the bias's value
+// id, S (the chain's output), S_raw (S_first's input) and the values' ids; the nodes go to
+// `nodes`.
 struct SinkMatch {
     SinkColumn column;
     int s = -1, s_raw = -1, bias = -1;
