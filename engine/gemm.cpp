@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <mutex>
+#include <type_traits>
 
 #include <cblas.h>
 
@@ -131,17 +132,18 @@ void select_locked(Selection& s) {
         switch_core(picked);  // stay on OpenBLAS's own choice
 }
 
-std::once_flag selected;
-
 // Selects the kernel and keeps OpenBLAS from starting threads of its own: oneTBB owns
-// every thread.
+// every thread. Once per process (a function-local static: after the first call, one load
+// and a branch; std::call_once sets two thread-locals on every call).
 void prepare_blas() {
-    std::call_once(selected, [] {
+    static const bool prepared = [] {
         Selection& s = selection();
         std::lock_guard<std::mutex> lock(s.mutex);
         select_locked(s);
         openblas_set_num_threads(1);
-    });
+        return true;
+    }();
+    (void)prepared;
 }
 
 // At load time, while only the main thread runs (setenv is not safe beside other threads).
@@ -164,18 +166,52 @@ void blas_gemm(bool ta, bool tb, int m, int n, int k, double alpha, const double
 constexpr std::size_t small_gemm_limit = 1024;
 
 // C = alpha·op(A)·op(B) + beta·C, each element's sum over k in order: its bits depend on the
-// block's sizes and data only, as OpenBLAS's do.
+// block's sizes and data only, as OpenBLAS's do. The transposes are template parameters, and
+// so is k when it is at most 8 (K; 0: k as given): the operands' strides are known, and a
+// short sum is unrolled. At the seed's sizes (k of 2 to 4) a loop over k spends most of its
+// instructions on its own control.
+template <bool TA, bool TB, std::size_t K, class T>
+void small_gemm(std::size_t m, std::size_t n, std::size_t k_given, T alpha, const T* a, std::size_t lda, const T* b,
+                std::size_t ldb, T beta, T* c, std::size_t ldc) {
+    const std::size_t k = K ? K : k_given;
+    const std::size_t a_row = TA ? 1 : lda, a_col = TA ? lda : 1, b_row = TB ? 1 : ldb, b_col = TB ? ldb : 1;
+    for (std::size_t i = 0; i < m; ++i, a += a_row, c += ldc)
+        for (std::size_t j = 0; j < n; ++j) {
+            const T* bj = b + j * b_col;
+            T sum = 0;
+            for (std::size_t p = 0; p < k; ++p) sum += a[p * a_col] * bj[p * b_row];
+            c[j] = beta == T(0) ? alpha * sum : alpha * sum + beta * c[j];
+        }
+}
+
+template <bool TA, bool TB, class T>
+void small_gemm(std::size_t m, std::size_t n, std::size_t k, T alpha, const T* a, std::size_t lda, const T* b,
+                std::size_t ldb, T beta, T* c, std::size_t ldc) {
+    const auto with_k = [&]<std::size_t K>(std::integral_constant<std::size_t, K>) {
+        small_gemm<TA, TB, K>(m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    };
+    switch (k) {
+        case 1: return with_k(std::integral_constant<std::size_t, 1>{});
+        case 2: return with_k(std::integral_constant<std::size_t, 2>{});
+        case 3: return with_k(std::integral_constant<std::size_t, 3>{});
+        case 4: return with_k(std::integral_constant<std::size_t, 4>{});
+        case 5: return with_k(std::integral_constant<std::size_t, 5>{});
+        case 6: return with_k(std::integral_constant<std::size_t, 6>{});
+        case 7: return with_k(std::integral_constant<std::size_t, 7>{});
+        case 8: return with_k(std::integral_constant<std::size_t, 8>{});
+        default: return with_k(std::integral_constant<std::size_t, 0>{});
+    }
+}
+
 template <class T>
 void small_gemm(bool ta, bool tb, std::size_t m, std::size_t n, std::size_t k, T alpha, const T* a, std::size_t lda,
                 const T* b, std::size_t ldb, T beta, T* c, std::size_t ldc) {
-    const std::size_t a_row = ta ? 1 : lda, a_col = ta ? lda : 1, b_row = tb ? 1 : ldb, b_col = tb ? ldb : 1;
-    for (std::size_t i = 0; i < m; ++i)
-        for (std::size_t j = 0; j < n; ++j) {
-            T sum = 0;
-            for (std::size_t p = 0; p < k; ++p) sum += a[i * a_row + p * a_col] * b[p * b_row + j * b_col];
-            T& y = c[i * ldc + j];
-            y = beta == T(0) ? alpha * sum : alpha * sum + beta * y;
-        }
+    if (ta)
+        tb ? small_gemm<true, true>(m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+           : small_gemm<true, false>(m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    else
+        tb ? small_gemm<false, true>(m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+           : small_gemm<false, false>(m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 }  // namespace
@@ -226,6 +262,10 @@ void gemm(bool trans_a, bool trans_b, std::size_t m, std::size_t n, std::size_t 
     // every element's sum runs in the same order whatever the thread count.
     const std::size_t row_blocks = (m + gemm_row_block - 1) / gemm_row_block;
     const std::size_t col_blocks = (n + gemm_col_block - 1) / gemm_col_block;
+    if (row_blocks * col_blocks == 1 && m * n * k <= small_gemm_limit) {  // a tiny graph's: no task at all
+        small_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+        return;
+    }
     parallel_chunks(row_blocks * col_blocks, 1, [&](std::size_t b0, std::size_t b1) {
         for (std::size_t blk = b0; blk < b1; ++blk) {
             const std::size_t r0 = (blk / col_blocks) * gemm_row_block, c0 = (blk % col_blocks) * gemm_col_block;
