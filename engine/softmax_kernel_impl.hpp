@@ -24,8 +24,36 @@ B exp_arg(const B& d) {
     return xsimd::select(d < lo, lo, d);
 }
 
+// softmax_row on a row shorter than a batch (a tiny graph's): the whole row is the padded
+// tail, and this is softmax_row's arithmetic on it without the passes over an empty body
+// (the body's sum is +0, as hadd of a zero batch gives). y may be x.
+template <class Arch, class T>
+void softmax_short_row(const T* x, T* y, std::size_t len, T scale, bool scaled) {
+    using B = xsimd::batch<T, Arch>;
+    constexpr std::size_t lanes = B::size;
+    const T neg_inf = -std::numeric_limits<T>::infinity();
+    alignas(64) T part[lanes];
+    T mx = neg_inf;
+    for (std::size_t i = 0; i < len; ++i) {
+        const T v = scaled ? scale * x[i] : x[i];
+        part[i] = v;
+        mx = mx < v ? v : mx;
+    }
+    if (mx == neg_inf) {
+        for (std::size_t i = 0; i < len; ++i) y[i] = T(0);
+        return;
+    }
+    for (std::size_t i = len; i < lanes; ++i) part[i] = neg_inf;
+    xsimd::exp(exp_arg(B::load_aligned(part) - B::broadcast(mx))).store_aligned(part);
+    T sum = T(0);
+    for (std::size_t i = 0; i < len; ++i) sum += part[i];
+    const T inv = T(1) / sum;
+    for (std::size_t i = 0; i < len; ++i) y[i] = part[i] * inv;
+}
+
 template <class Arch, class T>
 void softmax_row(const T* x, T* y, std::size_t len, T scale, bool scaled) {
+    if (len < xsimd::batch<T, Arch>::size) return softmax_short_row<Arch, T>(x, y, len, scale, scaled);
     using B = xsimd::batch<T, Arch>;
     constexpr std::size_t lanes = B::size;
     const T neg_inf = -std::numeric_limits<T>::infinity();
@@ -96,6 +124,7 @@ void softmax_span_row(const T* x, T* y, std::size_t first, std::size_t end, std:
                       T* last) {
     using B = xsimd::batch<T, Arch>;
     constexpr std::size_t lanes = B::size;
+    if (len < lanes && first == 0 && end == len && !last) return softmax_short_row<Arch, T>(x, y, len, scale, scaled);
     const T neg_inf = -std::numeric_limits<T>::infinity();
     const std::size_t body = len - len % lanes, count = end - first;
     alignas(64) T part[lanes];

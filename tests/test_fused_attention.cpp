@@ -256,7 +256,7 @@ double causal_bias(std::size_t i, std::size_t j, long offset) {
 template <class T>
 void check_spans() {
     const T neg_inf = -std::numeric_limits<T>::infinity();
-    for (std::size_t len : {1u, 7u, 8u, 16u, 17u, 33u, 100u, 300u}) {
+    for (std::size_t len : {1u, 3u, 5u, 7u, 8u, 16u, 17u, 33u, 100u, 300u}) {
         std::vector<T> x(len);
         for (std::size_t j = 0; j < len; ++j) x[j] = static_cast<T>(std::sin(0.9 * static_cast<double>(j)) * 7.0);
         for (std::size_t first = 0; first <= len; first += 1 + len / 9)
