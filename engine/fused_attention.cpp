@@ -11,7 +11,35 @@
 
 namespace attngraph {
 
+namespace {
+
+// The matrix index, in an operand whose batch axes broadcast to `target`, of every batch
+// index of `target` (row-major).
+std::vector<std::size_t> batch_offsets(const Shape& target, const Shape& operand) {
+    const auto strides = ops::broadcast_strides<boost::container::small_vector<std::size_t, 8>>(operand, target);
+    std::vector<std::size_t> offsets(element_count(target));
+    for (std::size_t flat = 0; flat < offsets.size(); ++flat) offsets[flat] = ops::broadcast_offset(flat, target, strides);
+    return offsets;
+}
+
+void offsets_and_strides(AttentionSpec& spec) {
+    spec.k_offset = batch_offsets(spec.batch, spec.k_batch);
+    spec.v_offset = batch_offsets(spec.batch, spec.v_batch);
+    spec.operand_strides.clear();
+    for (const ScoreStage& st : spec.stages)
+        spec.operand_strides.push_back(st.operand >= 0 ? ops::broadcast_strides(st.operand_shape, st.shape)
+                                                       : std::vector<std::size_t>{});
+    spec.sink_strides =
+        spec.sink ? ops::broadcast_strides(spec.sink->operand_shape, spec.sink->shape) : std::vector<std::size_t>{};
+    spec.patterned = std::any_of(spec.stages.begin(), spec.stages.end(), [](const ScoreStage& st) {
+        return st.kind == ScoreStage::Kind::mask && st.pattern != ScoreStage::Pattern::none;
+    });
+}
+
+}  // namespace
+
 void AttentionSpec::finish() {
+    offsets_and_strides(*this);
     const std::size_t count = stages.size();
     auto kept = [&](std::size_t v) { return v == 0 ? !s_raw_outputs.empty() : !stages[v - 1].outputs.empty(); };
     level.assign(count + 1, count);
@@ -27,15 +55,6 @@ void AttentionSpec::finish() {
 }
 
 namespace {
-
-// The matrix index, in an operand whose batch axes broadcast to `target`, of every batch
-// index of `target` (row-major).
-boost::container::small_vector<std::size_t, 16> batch_offsets(const Shape& target, const Shape& operand) {
-    const auto strides = ops::broadcast_strides<boost::container::small_vector<std::size_t, 8>>(operand, target);
-    boost::container::small_vector<std::size_t, 16> offsets(element_count(target));
-    for (std::size_t flat = 0; flat < offsets.size(); ++flat) offsets[flat] = ops::broadcast_offset(flat, target, strides);
-    return offsets;
-}
 
 // The last stage that computes something: with fold_scale, the Scale the softmax applies.
 std::size_t last_computing(const AttentionSpec& spec) {
@@ -83,17 +102,9 @@ AttentionKernel<T>::AttentionKernel(const AttentionSpec& spec, In<T> in)
     : m_spec(spec), m_q(in[0]->data()), m_k(in[1]->data()), m_v(in[2]->data()) {
     m_batches = element_count(spec.batch);
     m_blocks = (spec.n + gemm_row_block - 1) / gemm_row_block;
-    m_k_offset = batch_offsets(spec.batch, spec.k_batch);
-    m_v_offset = batch_offsets(spec.batch, spec.v_batch);
-    for (const ScoreStage& st : spec.stages) {
+    for (const ScoreStage& st : spec.stages)
         m_operands.push_back(st.operand >= 0 ? in[static_cast<std::size_t>(st.operand)]->data() : nullptr);
-        m_operand_strides.push_back(st.operand >= 0 ? ops::broadcast_strides(st.operand_shape, st.shape)
-                                                    : std::vector<std::size_t>{});
-    }
-    if (spec.sink) {
-        m_sink_bias = in[static_cast<std::size_t>(spec.sink->operand)]->data();
-        m_sink_strides = ops::broadcast_strides(spec.sink->operand_shape, spec.sink->shape);
-    }
+    if (spec.sink) m_sink_bias = in[static_cast<std::size_t>(spec.sink->operand)]->data();
 }
 
 template <class T>
@@ -138,6 +149,12 @@ typename AttentionKernel<T>::Block AttentionKernel<T>::block(std::size_t b, std:
     blk.b = b;
     blk.r0 = i * gemm_row_block;
     blk.rows = std::min(gemm_row_block, m_spec.n - blk.r0);
+    if (!m_spec.patterned && m_spec.m > 0) {  // every row sees every key
+        blk.row_lo.assign(blk.rows, 0);
+        blk.row_hi.assign(blk.rows, m_spec.m);
+        blk.hi = m_spec.m;
+        return blk;
+    }
     blk.row_lo.resize(blk.rows);
     blk.row_hi.resize(blk.rows);
     bool any = false;
@@ -191,13 +208,13 @@ void AttentionKernel<T>::sink_column(const Block& blk, T* column, Out<T> kept) c
         for (int slot : slots) std::copy(column, column + blk.rows, kept[static_cast<std::size_t>(slot)]->data() + first);
     };
     gemm<T>(false, true, blk.rows, 1, spec.dk, T(1), m_q + first * spec.dk, spec.dk,
-            m_k + m_k_offset[blk.b] * spec.m * spec.dk, spec.dk, T(0), column, 1);
+            m_k + m_spec.k_offset[blk.b] * spec.m * spec.dk, spec.dk, T(0), column, 1);
     put(sc.first_outputs);
     const T f = static_cast<T>(sc.factor);
     for (std::size_t r = 0; r < blk.rows; ++r) column[r] = f * column[r];
     put(sc.zero_outputs);
     for (std::size_t r = 0; r < blk.rows; ++r) {
-        const T bias = m_sink_bias[ops::broadcast_offset(first + r, sc.shape, m_sink_strides)];
+        const T bias = m_sink_bias[ops::broadcast_offset(first + r, sc.shape, m_spec.sink_strides)];
         column[r] = sc.bias_first ? bias + column[r] : column[r] + bias;
     }
     put(sc.column_outputs);
@@ -210,7 +227,7 @@ void AttentionKernel<T>::stage(const ScoreStage& st, const Block& blk, T* s, std
                                std::size_t level) const {
     const std::size_t si = static_cast<std::size_t>(&st - m_spec.stages.data());
     const T* operand = m_operands[si];
-    const std::vector<std::size_t>& strides = m_operand_strides[si];
+    const std::vector<std::size_t>& strides = m_spec.operand_strides[si];
     const T neg_inf = -std::numeric_limits<T>::infinity();
     const std::size_t m = m_spec.m, n = m_spec.n;
     for (std::size_t r = 0; r < blk.rows; ++r) {
@@ -290,7 +307,7 @@ typename AttentionKernel<T>::Weights AttentionKernel<T>::weights(const Block& bl
     // S_raw = Q·Kᵀ on those keys; the softmax's keys [lo, hi) by one GEMM call whatever is
     // kept, so that tracing changes none of their bits
     const T* q = m_q + (blk.b * spec.n + blk.r0) * dk;
-    const T* k = m_k + m_k_offset[blk.b] * m * dk;
+    const T* k = m_k + m_spec.k_offset[blk.b] * m * dk;
     auto scores = [&](std::size_t from, std::size_t to) {
         if (from < to)
             gemm<T>(false, true, blk.rows, to - from, dk, T(1), q, dk, k + from * dk, dk, T(0), s + (from - c0), ld);
@@ -345,7 +362,7 @@ void AttentionKernel<T>::forward(const Block& blk, T* scratch, Out<T> kept, T* o
         return;
     }
     gemm<T>(false, false, blk.rows, dv, blk.hi - blk.lo, T(1), w.a, w.lda,
-            m_v + (m_v_offset[blk.b] * m_spec.m + blk.lo) * dv, dv, T(0), o, dv);
+            m_v + (m_spec.v_offset[blk.b] * m_spec.m + blk.lo) * dv, dv, T(0), o, dv);
 }
 
 template <class T>

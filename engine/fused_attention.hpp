@@ -100,8 +100,18 @@ struct AttentionSpec {
     /// level[v]: which stages' spans bound the columns value v needs (v = 0 S_raw, v = s + 1
     /// stage s's output): the spans of stages [0, level[v]). Set by finish().
     std::vector<std::size_t> level;
+    /// Per batch index of `batch` (row-major): the matrix index of K and of V. Set by finish().
+    std::vector<std::size_t> k_offset, v_offset;
+    /// Per stage: its operand's broadcast strides into its shape (empty: no operand); the sink
+    /// operand's into the sink column. Set by finish().
+    std::vector<std::vector<std::size_t>> operand_strides;
+    std::vector<std::size_t> sink_strides;
+    /// Whether a Mask stage has a pattern (else every row sees all m keys). Set by finish().
+    bool patterned = false;
 
-    /// Derives fold_scale and level from the rest.
+    /// Derives fold_scale, level and the shapes' offsets and strides from the rest: a run plan
+    /// does it once, not every run (a tiny graph's head costs about as much to set up as to
+    /// compute).
     void finish();
 };
 
@@ -159,14 +169,10 @@ private:
     const T* m_q;
     const T* m_k;
     const T* m_v;
-    // inline for a few stages and batches: a kernel is made on every run of its step
-    template <class V, std::size_t N>
-    using Small = boost::container::small_vector<V, N>;
-    Small<const T*, 8> m_operands;                  // per stage: its operand's data (or null)
-    Small<std::vector<std::size_t>, 8> m_operand_strides;  // per stage: broadcast strides into `shape`
-    Small<std::size_t, 16> m_k_offset, m_v_offset;  // per batch: the matrix index of K, V
-    const T* m_sink_bias = nullptr;                  // the sink logits (spec.sink's operand)
-    std::vector<std::size_t> m_sink_strides;         // their broadcast strides into the sink column
+    // per stage: its operand's data (or null); inline for a few stages: a kernel is made on
+    // every run of its step
+    boost::container::small_vector<const T*, 8> m_operands;
+    const T* m_sink_bias = nullptr;  // the sink logits (spec.sink's operand)
     std::size_t m_batches = 0, m_blocks = 0;
 };
 
