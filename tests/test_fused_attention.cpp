@@ -732,6 +732,9 @@ void check_diff_case(const DiffCase& c) {
     const Plan plan = make_plan(g, kept(g));
     BOOST_TEST(count_steps(plan, StepKind::attention) == 1u);
     BOOST_TEST(count_steps(plan, StepKind::node) == 0u);  // Split, Mul and Sub folded too
+    // untraced, the step makes O alone: no n×m value (S, A, its halves, A_diff) is held
+    for (const Step& st : plan.steps)
+        if (st.kind == StepKind::attention) BOOST_TEST(st.outputs.size() == 1u);
     BOOST_TEST(count_steps(make_plan(g, std::vector<bool>(g.values().size(), true)), StepKind::attention) == 1u);
 
     RunOptions plain;
