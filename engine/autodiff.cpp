@@ -96,7 +96,9 @@ std::vector<AttentionGroup> attention_groups(const Graph& g, const Plan& plan) {
         if (step.kind != StepKind::attention || !step.attention) continue;
         const AttentionSpec& spec = *step.attention;
         // the backward fuses the plain chain: at most a Scale between the scores and the softmax
-        bool plain = !spec.sink && spec.stages.size() <= 1 &&
+        // (not gpt-oss's sinks, not the Differential Transformer's two maps: their nodes' own
+        // backward runs)
+        bool plain = !spec.sink && !spec.diff && spec.stages.size() <= 1 &&
                      (spec.stages.empty() || spec.stages[0].kind == ScoreStage::Kind::scale);
         for (int f : step.folded) {
             const Node& fn = nodes[static_cast<std::size_t>(f)];

@@ -1,12 +1,15 @@
 #include "engine/fused_attention.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <mutex>
 
 #include "engine/parallel.hpp"
 #include "engine/softmax_kernel.hpp"
 #include "ops/common.hpp"
+#include "ops/mul.hpp"
+#include "ops/sub.hpp"
 #include "ops/tanh.hpp"
 
 namespace attngraph {
@@ -24,13 +27,15 @@ std::vector<std::size_t> batch_offsets(const Shape& target, const Shape& operand
 
 void offsets_and_strides(AttentionSpec& spec) {
     spec.k_offset = batch_offsets(spec.batch, spec.k_batch);
-    spec.v_offset = batch_offsets(spec.batch, spec.v_batch);
+    spec.v_offset = batch_offsets(spec.diff ? spec.diff->batch : spec.batch, spec.v_batch);  // per O matrix
     spec.operand_strides.clear();
     for (const ScoreStage& st : spec.stages)
         spec.operand_strides.push_back(st.operand >= 0 ? ops::broadcast_strides(st.operand_shape, st.shape)
                                                        : std::vector<std::size_t>{});
     spec.sink_strides =
         spec.sink ? ops::broadcast_strides(spec.sink->operand_shape, spec.sink->shape) : std::vector<std::size_t>{};
+    spec.lambda_strides =
+        spec.diff ? ops::broadcast_strides(spec.diff->operand_shape, spec.diff->shape) : std::vector<std::size_t>{};
     spec.patterned = std::any_of(spec.stages.begin(), spec.stages.end(), [](const ScoreStage& st) {
         return st.kind == ScoreStage::Kind::mask && st.pattern != ScoreStage::Pattern::none;
     });
@@ -105,11 +110,16 @@ AttentionKernel<T>::AttentionKernel(const AttentionSpec& spec, In<T> in)
     for (const ScoreStage& st : spec.stages)
         m_operands.push_back(st.operand >= 0 ? in[static_cast<std::size_t>(st.operand)]->data() : nullptr);
     if (spec.sink) m_sink_bias = in[static_cast<std::size_t>(spec.sink->operand)]->data();
+    if (spec.diff) {
+        const Array<T>& lambda = *in[static_cast<std::size_t>(spec.diff->operand)];
+        m_lambda = lambda.data();
+        m_lambda_finite = std::all_of(m_lambda, m_lambda + lambda.size(), [](T x) { return std::isfinite(x); });
+    }
 }
 
 template <class T>
 std::size_t AttentionKernel<T>::scratch_size() const {
-    return std::min(m_spec.n, gemm_row_block) * m_spec.m;
+    return std::min(m_spec.n, gemm_row_block) * m_spec.m * (m_spec.diff ? 3 : 1);
 }
 
 // The keys query `row` of matrix b keeps after the patterns of stages [0, level): an
@@ -354,7 +364,12 @@ typename AttentionKernel<T>::Weights AttentionKernel<T>::weights(const Block& bl
 }
 
 template <class T>
-void AttentionKernel<T>::forward(const Block& blk, T* scratch, Out<T> kept, T* o) const {
+void AttentionKernel<T>::forward(std::size_t b, std::size_t i, T* scratch, Out<T> kept, T* o) const {
+    if (m_spec.diff) {
+        forward_diff(b, i, scratch, kept, o);
+        return;
+    }
+    const Block blk = block(b, i);
     const Weights w = weights(blk, scratch, kept);
     const std::size_t dv = m_spec.dv;
     if (blk.lo == blk.hi) {  // every row fully masked: A = 0, so O = 0
@@ -365,6 +380,88 @@ void AttentionKernel<T>::forward(const Block& blk, T* scratch, Out<T> kept, T* o
             m_v + (m_spec.v_offset[blk.b] * m_spec.m + blk.lo) * dv, dv, T(0), o, dv);
 }
 
+// Block (b, i) of O's matrix b with `diff`: the weights of query matrices 2b (A_1) and
+// 2b + 1 (A_2) in the first two thirds of the scratch, A_diff over the union [lo, hi) of their
+// key spans in the last third, each element as the nodes compute it: A_2_weighted = Mul(A_2,
+// lambda), A_diff = Sub(A_1, A_2_weighted), with A_1, A_2 = 0 outside their blocks' spans.
+// Kept ones (A_split:0 = A_1, A_split:1 = A_2, A_2_weighted, A_diff) are written in full rows.
+template <class T>
+void AttentionKernel<T>::forward_diff(std::size_t b, std::size_t i, T* scratch, Out<T> kept, T* o) const {
+    const AttentionSpec& spec = m_spec;
+    const DiffPair& dp = *spec.diff;
+    const std::size_t m = spec.m, dv = spec.dv, third = scratch_size() / 3;
+    const Block b1 = block(2 * b, i), b2 = block(2 * b + 1, i);
+    const Weights w1 = weights(b1, scratch, kept), w2 = weights(b2, scratch + third, kept);
+    const std::size_t first = b * spec.n + b1.r0;  // the block's first row in O's matrices
+    // one row r of the block: its weights (0 outside the block's keys) and lambdas
+    struct Row {
+        const Block& b1;
+        const Weights& w1;
+        const Block& b2;
+        const Weights& w2;
+        std::size_t r;
+        const T* lambda;
+        std::size_t step;
+        T a1(std::size_t j) const { return j >= b1.lo && j < b1.hi ? w1.a[r * w1.lda + (j - b1.lo)] : T(0); }
+        T a2(std::size_t j) const { return j >= b2.lo && j < b2.hi ? w2.a[r * w2.lda + (j - b2.lo)] : T(0); }
+        T weighted(std::size_t j) const { return ops::Mul::apply(ops::MulAttrs{}, a2(j), lambda[j * step]); }
+        T diff(std::size_t j) const { return ops::Sub::apply(ops::SubAttrs{}, a1(j), weighted(j)); }
+    };
+    const std::size_t step = m_spec.lambda_strides.back();
+    const ops::MulAttrs mul{};
+    const ops::SubAttrs sub{};
+    auto row = [&](std::size_t r) {
+        return Row{b1, w1, b2, w2, r, m_lambda + ops::broadcast_offset((first + r) * m, dp.shape, m_spec.lambda_strides),
+                   step};
+    };
+    // the kept values, full rows
+    auto put = [&](const std::vector<int>& slots, T (Row::*value)(std::size_t) const) {
+        if (kept.empty()) return;
+        for (int slot : slots) {
+            T* out = kept[static_cast<std::size_t>(slot)]->data() + first * m;
+            for (std::size_t r = 0; r < b1.rows; ++r) {
+                const Row x = row(r);
+                for (std::size_t j = 0; j < m; ++j) out[r * m + j] = (x.*value)(j);
+            }
+        }
+    };
+    put(dp.first_outputs, &Row::a1);
+    put(dp.second_outputs, &Row::a2);
+    put(dp.weighted_outputs, &Row::weighted);
+    put(dp.diff_outputs, &Row::diff);
+    // the keys A_diff may be nonzero at: the union of the two spans (all of them when a lambda
+    // is not finite: 0·lambda is NaN there)
+    std::size_t lo = m, hi = 0;
+    for (const Block* blk : {&b1, &b2})
+        if (blk->lo < blk->hi) lo = std::min(lo, blk->lo), hi = std::max(hi, blk->hi);
+    if (!m_lambda_finite) lo = 0, hi = m;
+    if (lo >= hi) {  // every row fully masked in both maps: A_diff = 0, so O = 0
+        std::fill(o, o + b1.rows * dv, T(0));
+        return;
+    }
+    T* d = scratch + 2 * third;
+    std::size_t ld = hi - lo;
+    if (b1.lo == lo && b1.hi == hi && b2.lo == lo && b2.hi == hi) {
+        // both maps over the same keys (the causal and padding masks give them the same spans):
+        // A_diff in place of A_1, element by element as Row::diff has it
+        d = scratch + (w1.a - scratch);
+        ld = w1.lda;
+        for (std::size_t r = 0; r < b1.rows; ++r) {
+            const T* a2 = w2.a + r * w2.lda;
+            const T* lambda = row(r).lambda + lo * step;
+            T* a1 = d + r * ld;
+            for (std::size_t k = 0; k < hi - lo; ++k)
+                a1[k] = ops::Sub::apply(sub, a1[k], ops::Mul::apply(mul, a2[k], lambda[k * step]));
+        }
+    } else {
+        for (std::size_t r = 0; r < b1.rows; ++r) {
+            const Row x = row(r);
+            for (std::size_t j = lo; j < hi; ++j) d[r * ld + (j - lo)] = x.diff(j);
+        }
+    }
+    gemm<T>(false, false, b1.rows, dv, hi - lo, T(1), d, ld, m_v + (m_spec.v_offset[b] * m + lo) * dv, dv, T(0), o, dv);
+}
+
 template <class T>
 void fused_attention_forward(const AttentionSpec& spec, In<T> in, Out<T> out) {
     const AttentionKernel<T> kernel(spec, in);
@@ -372,17 +469,17 @@ void fused_attention_forward(const AttentionSpec& spec, In<T> in, Out<T> out) {
     T* o = out[0]->data();
     // one small block (a tiny graph's head): its scratch on the stack, no pool
     constexpr std::size_t stack_scratch = 1024;
-    if (kernel.batches() * blocks == 1 && kernel.scratch_size() <= stack_scratch) {
+    if (kernel.outputs() * blocks == 1 && kernel.scratch_size() <= stack_scratch) {
         T scratch[stack_scratch];
-        kernel.forward(kernel.block(0, 0), scratch, out, o);
+        kernel.forward(0, 0, scratch, out, o);
         return;
     }
     fused_attention_detail::ScratchPool<T> pool(kernel.scratch_size());
-    parallel_chunks(kernel.batches() * blocks, 1, [&](std::size_t c0, std::size_t c1) {
+    parallel_chunks(kernel.outputs() * blocks, 1, [&](std::size_t c0, std::size_t c1) {
         for (std::size_t c = c0; c < c1; ++c) {
-            const auto blk = kernel.block(c / blocks, c % blocks);
+            const std::size_t b = c / blocks, i = c % blocks;
             std::unique_ptr<T[]> scratch = pool.take();
-            kernel.forward(blk, scratch.get(), out, o + (blk.b * spec.n + blk.r0) * spec.dv);
+            kernel.forward(b, i, scratch.get(), out, o + (b * spec.n + i * gemm_row_block) * spec.dv);
             pool.give(std::move(scratch));
         }
     });

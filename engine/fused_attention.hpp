@@ -30,6 +30,13 @@
 // Mask removed a key, the computed values elsewhere. Tracing changes no bit of the untraced
 // values: the keys a block needs are computed by the same GEMM calls either way, and
 // traced-only columns by separate calls.
+//
+// The Differential Transformer (DiffPair) takes the same path for both of its maps: a block of
+// O's rows computes the weights of the two query matrices' blocks as above, forms
+// A_diff = A_1 - lambda·A_2 on the union of their key spans by the Mul and Sub ops' arithmetic
+// (a key outside both spans has A_diff = 0 - 0·lambda = 0 for a finite lambda; with an inf or
+// NaN lambda every key is computed, as the plain nodes compute it) and O's rows = A_diff·V by
+// one GEMM over those keys.
 #include <cstddef>
 #include <memory>
 #include <optional>
@@ -83,8 +90,23 @@ struct SinkColumn {
     std::vector<int> first_outputs, zero_outputs, column_outputs, scores_outputs, weights_outputs;
 };
 
+/// @brief The Differential Transformer's two maps per head: A (..., 2, n, m) holds softmax(Q1·K1ᵀ)
+/// and softmax(Q2·K2ᵀ) along its last batch axis, and O = A_diff·V with, as the graph builds it
+/// (graphs/variants.cpp):
+///   A_split:0, A_split:1 = Split(A) on that axis, A_2_weighted = A_split:1 · lambda (ops/mul.hpp),
+///   A_diff = A_split:0 - A_2_weighted (ops/sub.hpp).
+/// O's matrix b reads Q's matrices 2b and 2b + 1 (the split axis is the last batch axis).
+struct DiffPair {
+    int operand = -1;     ///< step input: lambda, broadcast to `shape`
+    Shape operand_shape;  ///< its shape
+    Shape shape;          ///< A_split:0's, A_split:1's, A_2_weighted's and A_diff's: (..., 1, n, m)
+    Shape batch;          ///< O's batch axes (`shape`'s), half of AttentionSpec::batch
+    /// step outputs holding A_split:0, A_split:1, A_2_weighted, A_diff (each kept or not)
+    std::vector<int> first_outputs, second_outputs, weighted_outputs, diff_outputs;
+};
+
 /// @brief Everything the fused attention kernel needs of the graph. Step inputs: Q, K, V,
-/// then the stages' operands (and the sink's); step outputs: O, then the kept values.
+/// then the stages' operands (and the sink's or lambda); step outputs: O, then the kept values.
 struct AttentionSpec {
     Shape batch;             ///< the batch axes of Q, S and O
     Shape k_batch, v_batch;  ///< K's and V's, broadcasting to `batch` (shared across heads: MQA, GQA)
@@ -93,6 +115,7 @@ struct AttentionSpec {
     std::vector<ScoreStage> stages;  ///< the chain, in graph order
     std::vector<int> a_outputs;      ///< step outputs holding A
     std::optional<SinkColumn> sink;  ///< gpt-oss's sink column in every softmax row
+    std::optional<DiffPair> diff;    ///< the Differential Transformer: O = (A_1 - lambda·A_2)·V
 
     /// The last stage is a Scale whose value (and nothing after it, S_sinks included) is not
     /// kept: the softmax applies the factor (one pass fewer, the same bits). Set by finish().
@@ -100,12 +123,13 @@ struct AttentionSpec {
     /// level[v]: which stages' spans bound the columns value v needs (v = 0 S_raw, v = s + 1
     /// stage s's output): the spans of stages [0, level[v]). Set by finish().
     std::vector<std::size_t> level;
-    /// Per batch index of `batch` (row-major): the matrix index of K and of V. Set by finish().
+    /// The matrix index of K per batch index of `batch` (row-major), and of V per O matrix (of
+    /// diff's batch with a DiffPair). Set by finish().
     std::vector<std::size_t> k_offset, v_offset;
     /// Per stage: its operand's broadcast strides into its shape (empty: no operand); the sink
-    /// operand's into the sink column. Set by finish().
+    /// operand's into the sink column; diff's lambda's into A_diff. Set by finish().
     std::vector<std::vector<std::size_t>> operand_strides;
-    std::vector<std::size_t> sink_strides;
+    std::vector<std::size_t> sink_strides, lambda_strides;
     /// Whether a Mask stage has a pattern (else every row sees all m keys). Set by finish().
     bool patterned = false;
 
@@ -120,7 +144,8 @@ struct AttentionSpec {
 ///
 /// Block (b, i): rows i·gemm_row_block .. of query matrix b (b a flat index into `batch`).
 /// weights() gives its attention weights over the keys [lo, hi) the block can see;
-/// forward() adds A·V. Thread-safe (const); each call needs its own scratch.
+/// forward() adds A·V (with `diff`, A_diff·V from the blocks of query matrices 2b and 2b + 1).
+/// Thread-safe (const); each call needs its own scratch.
 template <class T>
 class AttentionKernel {
 public:
@@ -128,8 +153,11 @@ public:
     AttentionKernel(const AttentionSpec& spec, In<T> in);
 
     std::size_t batches() const { return m_batches; }
+    /// O's matrices: batches(), or half of them with `diff`.
+    std::size_t outputs() const { return m_spec.diff ? m_batches / 2 : m_batches; }
     std::size_t blocks() const { return m_blocks; }
-    /// Scratch elements one call to weights() or forward() needs (rows × m at most).
+    /// Scratch elements one call to forward() needs: rows × m (at most gemm_row_block × m),
+    /// three times that with `diff` (both maps' weights and A_diff). weights() needs rows × m.
     std::size_t scratch_size() const;
 
     /// A block's rows and the keys each can see.
@@ -148,12 +176,14 @@ public:
         const T* a;
         std::size_t lda;
     };
-    /// @brief A of `blk` in `scratch` (scratch_size() elements). `kept`: the step's outputs, the
+    /// @brief A of `blk` in `scratch` (rows × m elements). `kept`: the step's outputs, the
     /// kept values of the chain written for the block's rows; empty: nothing written (a
     /// backward recomputing A gets the forward's bits either way).
     Weights weights(const Block& blk, T* scratch, Out<T> kept) const;
-    /// @brief weights(), then O's rows of the block: o = A·V (o points at row r0 of matrix b).
-    void forward(const Block& blk, T* scratch, Out<T> kept, T* o) const;
+    /// @brief O's rows of block (b, i) of O's matrix b: weights(), then o = A·V, or with `diff`
+    /// the weights of both maps, A_diff and o = A_diff·V (o points at row i·gemm_row_block of
+    /// O's matrix b).
+    void forward(std::size_t b, std::size_t i, T* scratch, Out<T> kept, T* o) const;
 
 private:
     struct Span {
@@ -164,6 +194,7 @@ private:
                std::size_t c0, std::size_t level, T fill, const T* last = nullptr) const;
     void stage(const ScoreStage& st, const Block& blk, T* s, std::size_t ld, std::size_t c0, std::size_t level) const;
     void sink_column(const Block& blk, T* column, Out<T> kept) const;
+    void forward_diff(std::size_t b, std::size_t i, T* scratch, Out<T> kept, T* o) const;
 
     const AttentionSpec& m_spec;
     const T* m_q;
@@ -173,6 +204,8 @@ private:
     // every run of its step
     boost::container::small_vector<const T*, 8> m_operands;
     const T* m_sink_bias = nullptr;  // the sink logits (spec.sink's operand)
+    const T* m_lambda = nullptr;     // diff: lambda (spec.diff's operand)
+    bool m_lambda_finite = true;     // diff: no lambda is inf or NaN
     std::size_t m_batches = 0, m_blocks = 0;
 };
 

@@ -40,8 +40,11 @@ public:
     }
 
     bool kept(int id) const { return m_keep[static_cast<std::size_t>(id)]; }
+    int uses(int id) const { return m_uses[static_cast<std::size_t>(id)]; }
     const Node& node(int i) const { return m_graph.nodes()[static_cast<std::size_t>(i)]; }
     const Shape& shape(int id) const { return m_graph.value(id).shape; }
+    /// The node producing value `id`, -1 for a graph tensor.
+    int producer(int id) const { return m_graph.value(id).producer; }
 
     /// A Transpose that swaps the last two axes (and no other).
     bool swaps_last_two(int i) const {
@@ -227,6 +230,55 @@ bool match_sinks(const Matcher& m, int a, const std::vector<bool>& folded, std::
     return true;
 }
 
+// The Differential Transformer between A and O's MatMul (engine/fused_attention.hpp,
+// DiffPair): A_diff = Sub(A_split:0, A_2_weighted), A_2_weighted = Mul(A_split:1, lambda)
+// (either order), A_split = Split(A) into two along A's last batch axis (rank - 3, of size 2),
+// lambda broadcasting to A_2_weighted without widening it. Each value read once and perhaps
+// kept. Gives the pair (lambda's shape, A_diff's shape and batch axes), A, lambda and the
+// values' ids; the nodes go to `nodes`.
+struct DiffMatch {
+    DiffPair pair;
+    int a = -1, lambda = -1;
+    int first = -1, second = -1, weighted = -1;
+};
+
+bool match_diff(const Matcher& m, int a_diff, const std::vector<bool>& folded, std::vector<int>& nodes,
+                DiffMatch& dm) {
+    const int sub = m.link<ops::Sub>(a_diff, folded);
+    if (sub < 0) return false;
+    dm.first = m.node(sub).inputs[0];
+    dm.weighted = m.node(sub).inputs[1];
+    const int mul = m.link<ops::Mul>(dm.weighted, folded);
+    if (mul < 0) return false;
+    const int split = m.producer(dm.first);
+    if (split < 0 || folded[static_cast<std::size_t>(split)] || !m.node(split).is<ops::Split>()) return false;
+    const Node& sn = m.node(split);
+    if (sn.outputs.size() != 2 || sn.outputs[0] != dm.first || m.uses(dm.first) != 1) return false;
+    dm.second = sn.outputs[1];
+    if (m.uses(dm.second) != 1) return false;
+    const Node& mn = m.node(mul);
+    if (mn.inputs[0] == dm.second)
+        dm.lambda = mn.inputs[1];
+    else if (mn.inputs[1] == dm.second)
+        dm.lambda = mn.inputs[0];
+    else
+        return false;
+    dm.a = sn.inputs[0];
+    if (m.uses(dm.a) != 1) return false;
+    const Shape& as = m.shape(dm.a);
+    if (as.size() < 3 || as.end()[-3] != 2) return false;
+    const int axis = sn.attrs_if<ops::Split>()->axis, rank = static_cast<int>(as.size());
+    if (axis != -3 && axis != rank - 3) return false;
+    const Shape& ds = m.shape(a_diff);
+    for (int id : {dm.first, dm.second, dm.weighted})
+        if (m.shape(id) != ds) return false;
+    dm.pair.operand_shape = m.shape(dm.lambda);
+    dm.pair.shape = ds;
+    dm.pair.batch = batch_of(ds);
+    nodes.insert(nodes.end(), {sub, mul, split});
+    return true;
+}
+
 // O = MatMul(A, V), A = Softmax(S) on the last axis, S = chain(S_raw), S_raw = MatMul(Q, KT),
 // KT = Transpose(K) swapping the last two axes; Q (..., n, dk), K (..., m, dk), V (..., m, dv),
 // the batch axes of K and V broadcasting to Q's, which are O's. The chain is Scale, Tanh,
@@ -236,7 +288,9 @@ bool match_sinks(const Matcher& m, int a, const std::vector<bool>& folded, std::
 // (B, G, 1, dk, m)).
 // Every value from S_raw to A is read only by the next node and may be kept (the step writes
 // it, block by block); KT may be kept too (its Transpose then runs on its own). With gpt-oss's
-// sinks, A is the slice of a softmax with one more column (match_sinks).
+// sinks, A is the slice of a softmax with one more column (match_sinks). With the Differential
+// Transformer, O's MatMul reads A_diff, made of A's two halves (match_diff): O's batch axes are
+// A_diff's, V's broadcast to them.
 bool match_attention(const Matcher& m, int o_node, std::vector<bool>& folded, Step& step) {
     const Node& o = m.node(o_node);
     if (!o.is<ops::MatMul>()) return false;
@@ -244,9 +298,11 @@ bool match_attention(const Matcher& m, int o_node, std::vector<bool>& folded, St
     const std::vector<int> a_ids = through_reshapes(m, o.inputs[0], folded, nodes);
     SinkMatch sinks;
     const bool with_sinks = match_sinks(m, a_ids[0], folded, nodes, sinks);
+    DiffMatch diff;
+    const bool with_diff = !with_sinks && match_diff(m, a_ids[0], folded, nodes, diff);
     int softmax_input = sinks.s;
     if (!with_sinks) {
-        const int a_node = m.link<ops::Softmax>(a_ids[0], folded);
+        const int a_node = m.link<ops::Softmax>(with_diff ? diff.a : a_ids[0], folded);
         if (a_node < 0 || !m.softmax_on_last_axis(a_node)) return false;
         nodes.push_back(a_node);
         softmax_input = m.node(a_node).inputs[0];
@@ -293,20 +349,25 @@ bool match_attention(const Matcher& m, int o_node, std::vector<bool>& folded, St
     if (qs.size() < 2 || ks.size() < 2 || vs.size() < 2 || kts.size() < 2) return false;
     const std::size_t n = qs.end()[-2], dk = qs.back(), keys = ks.end()[-2], dv = vs.back();
     const Shape batch = batch_of(qs);
+    const Shape out_batch = with_diff ? diff.pair.batch : batch;  // O's
     // K and V may be shared across query heads (MQA, GQA): their batch axes repeat to Q's
     if (ks.back() != dk || kts.end()[-2] != dk || kts.back() != keys || element_count(kts) != element_count(ks))
         return false;
-    if (vs.end()[-2] != keys || !broadcasts_to(batch_of(kts), batch) || !broadcasts_to(batch_of(vs), batch))
+    if (vs.end()[-2] != keys || !broadcasts_to(batch_of(kts), batch) || !broadcasts_to(batch_of(vs), out_batch))
         return false;
-    if (batch_of(os) != batch || os.end()[-2] != n || os.back() != dv) return false;
-    auto one_per_query_matrix = [&](const std::vector<int>& ids) {
+    if (batch_of(os) != out_batch || os.end()[-2] != n || os.back() != dv) return false;
+    auto one_per_matrix = [&](const std::vector<int>& ids, const Shape& of) {
         return std::ranges::all_of(ids, [&](int id) {
             const Shape& s = m.shape(id);
             return s.size() >= 2 && s.end()[-2] == n && s.back() == keys &&
-                   element_count(batch_of(s)) == element_count(batch);
+                   element_count(batch_of(s)) == element_count(of);
         });
     };
-    if (!one_per_query_matrix(sraw_ids) || !one_per_query_matrix(a_ids)) return false;
+    auto one_per_query_matrix = [&](const std::vector<int>& ids) { return one_per_matrix(ids, batch); };
+    if (!one_per_query_matrix(sraw_ids) || !one_per_matrix(a_ids, out_batch)) return false;
+    // A's batch axes (..., 2) are Q's, in Q's order: O's matrix b reads Q's 2b and 2b + 1
+    if (with_diff && (!one_per_query_matrix({diff.a}) || 2 * element_count(out_batch) != element_count(batch)))
+        return false;
     if (with_sinks) {
         if (sraw_ids[0] != sinks.s_raw) return false;
         auto per_row = [&](int id, std::size_t width) {
@@ -354,7 +415,7 @@ bool match_attention(const Matcher& m, int o_node, std::vector<bool>& folded, St
         l.stage.outputs = slots(l.ids);
         spec->stages.push_back(std::move(l.stage));
     }
-    spec->a_outputs = slots(a_ids);
+    spec->a_outputs = slots(with_diff ? std::vector<int>{diff.a} : a_ids);
     if (with_sinks) {
         SinkColumn& sc = sinks.column;
         sc.operand = static_cast<int>(step.inputs.size());
@@ -365,6 +426,16 @@ bool match_attention(const Matcher& m, int o_node, std::vector<bool>& folded, St
         sc.scores_outputs = slots({sinks.s_sinks});
         sc.weights_outputs = slots({sinks.a_sinks});
         spec->sink = std::move(sc);
+    }
+    if (with_diff) {
+        DiffPair& dp = diff.pair;
+        dp.operand = static_cast<int>(step.inputs.size());
+        step.inputs.push_back(diff.lambda);
+        dp.first_outputs = slots({diff.first});
+        dp.second_outputs = slots({diff.second});
+        dp.weighted_outputs = slots({diff.weighted});
+        dp.diff_outputs = slots(a_ids);
+        spec->diff = std::move(dp);
     }
     spec->finish();
     step.attention = std::move(spec);

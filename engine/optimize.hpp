@@ -12,7 +12,8 @@
 //                   block; an unseen KT is never made (the GEMM reads K transposed). K and V
 //                   may be shared across query heads (their batch axes broadcast to Q's: MQA,
 //                   GQA, also through the composite's (B, G, 1, m, d) Reshapes). gpt-oss's
-//                   sinks fold too: A = softmax([S | sink column])[..., :m] (SinkColumn).
+//                   sinks fold too: A = softmax([S | sink column])[..., :m] (SinkColumn), and
+//                   the Differential Transformer's O = (A_1 - lambda·A_2)·V (DiffPair).
 //   matmul_tb       MatMul(a, Transpose(b)) with the transpose unseen: the GEMM reads b
 //                   transposed instead of a copy.
 //   scaled_softmax  Softmax(Scale(x)) along the last axis with the scaled values unseen: one

@@ -23,4 +23,5 @@ for round in $(seq 1 "${1:-3}"); do
     run --variant mqa --seq 2048 --reps 3
     run --variant decode --past 0 --seq 2048 --reps 3
     run --variant sliding-window --window 256 --seq 2048 --reps 3
+    run --variant diff --seq 2048 --reps 3
 done

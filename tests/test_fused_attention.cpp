@@ -4,7 +4,8 @@
 // attention in double written here and against the plain run (one step per node); the fused
 // run against itself traced (bitwise), at 1, 2, 4 and 8 threads (bytewise), and its weights
 // where the masks remove keys (exactly 0). Also the span softmax kernel against the whole-row
-// kernel, bit for bit.
+// kernel, bit for bit, and the Differential Transformer's two maps (A_1 - lambda·A_2) against a
+// plain loop of their own, with the graphs the kernel cannot take left to their nodes.
 #include <boost/test/unit_test.hpp>
 
 #include <cmath>
@@ -614,11 +615,263 @@ BOOST_AUTO_TEST_CASE(every_variant_takes_the_fused_step) {
     sinks.window = 30;
     sinks.lengths = {200, 0};
     cases.push_back({sinks, {"S_masked", "S_padded", "S_sinks"}});
+    cases.push_back({variant("diff"), {"S_masked", "A", "A_split", "A_2_weighted", "A_diff"}});
+    auto diff_padded = variant("diff");
+    diff_padded.lengths = {130, 0};
+    cases.push_back({diff_padded, {"S_masked", "S_padded", "A_split", "A_diff"}});
     for (const V& v : cases) {
         BOOST_TEST_CONTEXT(v.c.variant << " groups " << v.c.groups << " seq " << v.c.seq) {
             check_graph(graphs::build_variant(v.c), "Y", v.folded);
         }
     }
+}
+
+// ---- the Differential Transformer -----------------------------------------------------------
+
+namespace {
+
+// Q, K (B, H, 2, n|m, d) and V (B, H, 1, m, dv) -> O (B, H, 1, n, dv) as graphs/variants.cpp builds
+// diff: A = softmax(mask(factor · Q·Kᵀ)), A_split = Split(A, axis -3), A_diff = A_split:0 -
+// A_split:1 · lambda, O = A_diff·V. `split_axis` and `lambda_shape` make graphs that must not
+// fuse; `swap_sub`: A_diff = A_2_weighted - A_split:0 (not the kernel's form either).
+struct DiffCase {
+    std::size_t B = 2, H = 3, n = 300, m = 300, d = 8, dv = 16;
+    bool causal = true;
+    std::vector<int> lengths;          // key padding per sequence (empty: none)
+    std::vector<int> map_lengths;      // key padding per (b, h, map), on the scores seen as (B·H·2, n, m)
+    std::vector<double> lambda{0.2};   // lambda's values, in `lambda_shape`
+    Shape lambda_shape{1};
+    int split_axis = -3;
+    bool swap_sub = false;
+};
+
+struct DiffBuilt {
+    Graph graph;
+    Tensor q, k, v, lambda;
+};
+
+DiffBuilt build_diff(const DiffCase& c) {
+    GraphBuilder b("diff_case");
+    // the axis of two maps is axis 2, or axis 1 when the graph splits axis -4
+    const bool heads_inside = c.split_axis == -4;
+    const Shape qs = heads_inside ? Shape{c.B, 2, c.H, c.n, c.d} : Shape{c.B, c.H, 2, c.n, c.d};
+    const Shape ks = heads_inside ? Shape{c.B, 2, c.H, c.m, c.d} : Shape{c.B, c.H, 2, c.m, c.d};
+    const Shape vs = heads_inside ? Shape{c.B, 1, c.H, c.m, c.dv} : Shape{c.B, c.H, 1, c.m, c.dv};
+    const Tensor qt = graphs::random_tensor(qs, DType::f32, 41), kt = graphs::random_tensor(ks, DType::f32, 42),
+                 vt = graphs::random_tensor(vs, DType::f32, 43);
+    Tensor lambda = zeros(DType::f32, c.lambda_shape);
+    for (std::size_t i = 0; i < c.lambda.size(); ++i) lambda.as<float>().data()[i] = static_cast<float>(c.lambda[i]);
+    const Value q = b.input("Q", qt), k = b.input("K", kt), v = b.input("V", vt);
+    Value s = scale(matmul(q, transpose(k).named("KT")).named("S_raw"), factor).named("S");
+    if (c.causal) s = mask_causal(s, 0).named("S_masked");
+    if (!c.lengths.empty()) s = mask_padding(s, c.lengths).named("S_padded");
+    if (!c.map_lengths.empty()) {  // the two maps of a head see different keys
+        const Value flat = reshape(s, {-1}, 0, 2).named("S_flat");
+        s = reshape(mask_padding(flat, c.map_lengths).named("S_flat_padded"),
+                    {static_cast<int>(c.B), static_cast<int>(c.H), 2}, 0, 2)
+                .named("S_map_padded");
+    }
+    const Value a = softmax(s).named("A");
+    const std::vector<Value> maps = split(a, 2, c.split_axis, "A_split");
+    const Value weighted = mul(maps[1], b.param("lambda", lambda)).named("A_2_weighted");
+    const Value a_diff = (c.swap_sub ? sub(weighted, maps[0]) : sub(maps[0], weighted)).named("A_diff");
+    b.output(matmul(a_diff, v).named("O"));
+    return {b.build(), qt, kt, vt, lambda};
+}
+
+// A plain loop in double over the case's tensors: A_diff (B, H, 1, n, m) and O (B, H, 1, n, dv),
+// lambda read as broadcast to (B, H, 1, n, m). Only for the fusing layout (split_axis -3).
+ReferenceResult diff_reference(const DiffCase& c, const DiffBuilt& t) {
+    ReferenceResult out;
+    out.a.assign(c.B * c.H * c.n * c.m, 0.0);
+    out.o.assign(c.B * c.H * c.n * c.dv, 0.0);
+    const Shape target{c.B, c.H, 1, c.n, c.m};
+    const auto lambda_strides = ops::broadcast_strides(c.lambda_shape, target);
+    for (std::size_t b = 0; b < c.B; ++b)
+        for (std::size_t h = 0; h < c.H; ++h)
+            for (std::size_t i = 0; i < c.n; ++i) {
+                std::vector<double> w[2];
+                for (std::size_t p = 0; p < 2; ++p) {
+                    std::vector<double> s(c.m, -inf);
+                    double mx = -inf;
+                    for (std::size_t j = 0; j < c.m; ++j) {
+                        if ((c.causal && j > i) || (!c.lengths.empty() && static_cast<int>(j) >= c.lengths[b])) continue;
+                        if (!c.map_lengths.empty() && static_cast<int>(j) >= c.map_lengths[(b * c.H + h) * 2 + p])
+                            continue;
+                        double raw = 0;
+                        for (std::size_t e = 0; e < c.d; ++e)
+                            raw += t.q.at_flat((((b * c.H + h) * 2 + p) * c.n + i) * c.d + e) *
+                                   t.k.at_flat((((b * c.H + h) * 2 + p) * c.m + j) * c.d + e);
+                        s[j] = factor * raw;
+                        mx = std::max(mx, s[j]);
+                    }
+                    w[p].assign(c.m, 0.0);
+                    if (mx == -inf) continue;  // a fully masked row: zeros
+                    double sum = 0;
+                    for (std::size_t j = 0; j < c.m; ++j) sum += s[j] == -inf ? 0 : std::exp(s[j] - mx);
+                    for (std::size_t j = 0; j < c.m; ++j) w[p][j] = s[j] == -inf ? 0 : std::exp(s[j] - mx) / sum;
+                }
+                const std::size_t row = (b * c.H + h) * c.n + i;
+                for (std::size_t j = 0; j < c.m; ++j) {
+                    const double lambda = t.lambda.at_flat(ops::broadcast_offset(row * c.m + j, target, lambda_strides));
+                    out.a[row * c.m + j] = w[0][j] - lambda * w[1][j];
+                }
+                for (std::size_t e = 0; e < c.dv; ++e) {
+                    double acc = 0;
+                    for (std::size_t j = 0; j < c.m; ++j)
+                        acc += out.a[row * c.m + j] * t.v.at_flat(((b * c.H + h) * c.m + j) * c.dv + e);
+                    out.o[row * c.dv + e] = acc;
+                }
+            }
+    return out;
+}
+
+void check_diff_case(const DiffCase& c) {
+    const DiffBuilt built = build_diff(c);
+    const Graph& g = built.graph;
+    const Plan plan = make_plan(g, kept(g));
+    BOOST_TEST(count_steps(plan, StepKind::attention) == 1u);
+    BOOST_TEST(count_steps(plan, StepKind::node) == 0u);  // Split, Mul and Sub folded too
+    // untraced, the step makes O alone: no n×m value (S, A, its halves, A_diff) is held
+    for (const Step& st : plan.steps)
+        if (st.kind == StepKind::attention) BOOST_TEST(st.outputs.size() == 1u);
+    BOOST_TEST(count_steps(make_plan(g, std::vector<bool>(g.values().size(), true)), StepKind::attention) == 1u);
+
+    RunOptions plain;
+    plain.optimize = false;
+    plain.trace = true;
+    RunOptions fused;
+    fused.threads = 1;
+    RunOptions traced = fused;
+    traced.trace = true;
+    const RunResult rp = run(g, plain), rf = run(g, fused), rt = run(g, traced);
+    const Tensor& o = rf.at(g, "O");
+
+    const ReferenceResult want = diff_reference(c, built);
+    BOOST_TEST(max_diff(o, want.o) < 2e-5);
+    BOOST_TEST(max_diff(rt.at(g, "A_diff"), want.a) < 2e-6);
+    BOOST_TEST(test::max_abs_diff(o, rp.at(g, "O")) < 1e-6);
+    BOOST_TEST((rt.at(g, "O") == o));  // tracing changes no bit
+    // every traced value: the plain run's, -inf and 0 at the same places; A and its halves
+    // bit for bit where the scores are (the same GEMM calls per key block may not be: a
+    // tolerance as check_case has it)
+    for (const ValueInfo& v : g.values()) {
+        if (v.producer < 0 || v.name == "O") continue;
+        BOOST_TEST_CONTEXT(v.name) {
+            const Tensor &tp = rp.at(g, v.name), &tt = rt.at(g, v.name);
+            BOOST_REQUIRE(tp.shape() == tt.shape());
+            std::size_t mismatched = 0;
+            double diff = 0;
+            for (std::size_t i = 0; i < tp.size(); ++i) {
+                const double x = tp.at_flat(i), y = tt.at_flat(i);
+                if (std::isinf(x) || std::isinf(y) || x == 0 || y == 0)
+                    mismatched += !(x == y);
+                else
+                    diff = std::max(diff, std::abs(x - y));
+            }
+            BOOST_TEST(mismatched == 0u);
+            BOOST_TEST(diff < 1e-5);
+        }
+    }
+    // A_diff from the traced halves by the nodes' arithmetic, bit for bit: the fused step
+    // does Mul and Sub as the ops do
+    {
+        const Tensor &a1 = rt.at(g, "A_split:0"), &a2 = rt.at(g, "A_split:1"), &ad = rt.at(g, "A_diff");
+        const Shape target{c.B, c.H, 1, c.n, c.m};
+        const auto strides = ops::broadcast_strides(c.lambda_shape, target);
+        std::size_t wrong = 0;
+        for (std::size_t i = 0; i < ad.size(); ++i) {
+            const float lambda = built.lambda.as<float>().data()[ops::broadcast_offset(i, target, strides)];
+            const float want_i = a1.as<float>().data()[i] - a2.as<float>().data()[i] * lambda;
+            wrong += std::memcmp(&want_i, ad.as<float>().data() + i, sizeof(float)) != 0;
+        }
+        BOOST_TEST(wrong == 0u);
+    }
+    // a row with no key in either map gives O = 0
+    std::size_t nonzero_empty = 0, empty_rows = 0;
+    for (std::size_t row = 0; row < c.B * c.H * c.n; ++row) {
+        bool any = false;
+        for (std::size_t j = 0; j < c.m; ++j) any = any || want.a[row * c.m + j] != 0;
+        if (any) continue;
+        ++empty_rows;
+        for (std::size_t e = 0; e < c.dv; ++e) nonzero_empty += o.at_flat(row * c.dv + e) != 0.0;
+    }
+    BOOST_TEST(nonzero_empty == 0u);
+    BOOST_TEST_MESSAGE("diff: " << empty_rows << " fully masked rows");
+
+    // bytewise the same for any thread count, untraced and with A_diff traced
+    for (const std::vector<std::string>& only : {std::vector<std::string>{}, std::vector<std::string>{"A_diff"}}) {
+        RunOptions t = fused;
+        t.trace = !only.empty();
+        t.trace_only = only;
+        const RunResult one = run(g, t);
+        BOOST_TEST((one.at(g, "O") == o));
+        for (int threads : {2, 4, 8}) {
+            t.threads = threads;
+            const RunResult r = run(g, t);
+            BOOST_TEST_CONTEXT("threads " << threads << ", traced " << only.size()) {
+                BOOST_TEST((r.at(g, "O") == o));
+                if (!only.empty()) BOOST_TEST((r.at(g, "A_diff") == one.at(g, "A_diff")));
+            }
+        }
+    }
+}
+
+// A graph the kernel cannot take keeps its nodes: no attention step, the plain run's numbers.
+void check_diff_falls_back(const DiffCase& c) {
+    const Graph g = build_diff(c).graph;
+    BOOST_TEST(count_steps(make_plan(g, kept(g)), StepKind::attention) == 0u);
+    RunOptions plain;
+    plain.optimize = false;
+    const Tensor o = run(g, {}).at(g, "O");
+    BOOST_TEST(test::max_abs_diff(o, run(g, plain).at(g, "O")) < 1e-6);
+    double largest = 0;
+    for (std::size_t i = 0; i < o.size(); ++i) largest = std::max(largest, std::abs(o.at_flat(i)));
+    BOOST_TEST(largest > 0.01);  // real numbers, not zeros
+}
+
+}  // namespace
+
+// Causal with one lambda (graphs/variants.cpp's); per-head lambdas, some negative, with key
+// padding (a length 0: rows with no key) and no causal mask; causal with padding, per sequence
+// and per map (the two maps of a head with different spans, one or both empty);
+// cross-attention (m != n) unmasked.
+BOOST_AUTO_TEST_CASE(diff_causal_padding_and_cross) {
+    BOOST_TEST_CONTEXT("causal") { check_diff_case(DiffCase{}); }
+    DiffCase padded;
+    padded.causal = false;
+    padded.lengths = {170, 0};
+    padded.lambda = {0.2, -0.35, 0.8};
+    padded.lambda_shape = {3, 1, 1, 1};
+    BOOST_TEST_CONTEXT("padding, lambda per head") { check_diff_case(padded); }
+    DiffCase causal_padded;
+    causal_padded.lengths = {300, 129};
+    BOOST_TEST_CONTEXT("causal and padding") { check_diff_case(causal_padded); }
+    DiffCase maps;  // each map of a head its own keys: A_diff over the union of the spans
+    maps.map_lengths = {300, 40, 0, 170, 129, 128, 1, 0, 255, 256, 300, 299};
+    BOOST_TEST_CONTEXT("padding per map") { check_diff_case(maps); }
+    DiffCase cross;
+    cross.causal = false;
+    cross.n = 140;
+    cross.m = 260;
+    cross.lambda = {0.5, 0.1};
+    cross.lambda_shape = {2, 1, 1, 1, 1};  // per sequence
+    BOOST_TEST_CONTEXT("cross") { check_diff_case(cross); }
+}
+
+// Not the kernel's graph: the split along another axis (the maps outside the heads), a lambda
+// that widens A_2_weighted to both maps, A_diff the other way round.
+BOOST_AUTO_TEST_CASE(diff_graphs_the_kernel_cannot_take_fall_back) {
+    DiffCase other_axis;
+    other_axis.split_axis = -4;
+    BOOST_TEST_CONTEXT("split on axis -4") { check_diff_falls_back(other_axis); }
+    DiffCase widening;
+    widening.lambda = {0.2, 0.4};
+    widening.lambda_shape = {2, 1, 1};
+    BOOST_TEST_CONTEXT("lambda (2, 1, 1)") { check_diff_falls_back(widening); }
+    DiffCase swapped;
+    swapped.swap_sub = true;
+    BOOST_TEST_CONTEXT("A_2_weighted - A_split:0") { check_diff_falls_back(swapped); }
 }
 
 // Attention (ops/attention.cpp) with causal, an attn_mask, softcap, GQA and a past.
