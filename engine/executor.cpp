@@ -375,6 +375,11 @@ public:
     }
 
     RunResult finish(Executor& executor) {
+        // steps one after another on this thread: a step's start is the previous one's end (one
+        // clock read a step; a tiny graph's run is a few microseconds). Not with check_finite
+        // or buffers freed between the steps, which would count in the next step's time.
+        m_chained_clock = m_pooled && !m_options.check_finite && executor.runs_inline(m_plan.tasks);
+        if (m_chained_clock) m_clock = std::chrono::steady_clock::now();
         executor.execute(m_plan.tasks, [this](std::size_t i) { return execute(i); });
         for (int kept : m_plan.kept) {
             const auto id = static_cast<std::size_t>(kept);
@@ -393,7 +398,7 @@ private:
     // Runs step i; false when check_finite found a non-finite output (the run stops).
     bool execute(std::size_t i) {
         const Step& step = m_plan.plan.steps[i];
-        const auto t0 = std::chrono::steady_clock::now();
+        const auto t0 = m_chained_clock ? m_clock : std::chrono::steady_clock::now();
         PointerList<const Array<T>*> in(step.inputs.size());
         for (std::size_t k = 0; k < in.size(); ++k) in[k] = m_ptr[static_cast<std::size_t>(step.inputs[k])];
         PointerList<Array<T>*> out(step.outputs.size());
@@ -406,15 +411,16 @@ private:
         const In<T> ins(in.data(), in.size());
         const Out<T> outs(out.data(), out.size());
         try {
-            if (!all_patched(step)) run_step<T>(m_graph, step, ins, outs);
+            if (!patching() || !all_patched(step)) run_step<T>(m_graph, step, ins, outs);
         } catch (const ValueError& e) {  // a value the op cannot use: name the node
             const Node& node = m_graph.nodes()[static_cast<std::size_t>(step.node)];
             throw ValueError("node '" + node.name + "' (" + node.op->name + "): " + e.what());
         }
         for (std::size_t k = 0; k < out.size(); ++k) m_ptr[static_cast<std::size_t>(step.outputs[k])] = out[k];
-        apply_patches(step);
-        m_result.seconds[static_cast<std::size_t>(step.node)] =
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        if (patching()) apply_patches(step);
+        const auto t1 = std::chrono::steady_clock::now();
+        m_result.seconds[static_cast<std::size_t>(step.node)] = std::chrono::duration<double>(t1 - t0).count();
+        if (m_chained_clock) m_clock = t1;
         if (m_options.progress) m_options.progress(m_nodes_done += nodes_in(step), m_plan.nodes_total);
         if (m_options.check_finite && !check_finite(static_cast<std::size_t>(step.node), ins, outs)) return false;
         // release inputs whose last consumer this was (unless kept); a pooled run's values
@@ -441,8 +447,8 @@ private:
             if (!m_options.patches.count(id)) return false;
         return true;
     }
+    bool patching() const { return !m_options.patches.empty() || !m_options.hooks.empty(); }
     void apply_patches(const Step& step) {
-        if (m_options.patches.empty() && m_options.hooks.empty()) return;
         for (int id : step.outputs) {
             const auto u = static_cast<std::size_t>(id);
             if (auto p = m_options.patches.find(id); p != m_options.patches.end()) {
@@ -503,6 +509,8 @@ private:
     std::mutex m_stop_mutex;
     std::mutex m_hook_mutex;
     std::atomic<std::size_t> m_nodes_done{0};
+    bool m_chained_clock = false;                 // steps in sequence: see finish()
+    std::chrono::steady_clock::time_point m_clock;  // with it, the last step's end
 };
 
 }  // namespace
@@ -570,11 +578,15 @@ void Executor::execute(const TaskGraph& graph, const std::function<bool(std::siz
         }
     };
     TaskRun run(graph, task);
-    const Job job{&run, m_impl->threads > 1 && graph.work > inline_work_limit};
+    const Job job{&run, !runs_inline(graph)};
     tsan_release(&job);
     m_impl->arena.execute(job);
     tsan_acquire(&job);
     run.rethrow();
+}
+
+bool Executor::runs_inline(const TaskGraph& graph) const {
+    return m_impl->threads == 1 || graph.work <= inline_work_limit;
 }
 
 std::shared_ptr<Executor> default_executor(int threads) {

@@ -112,6 +112,9 @@ public:
     /// exception is rethrown here. Everything before this call happens before every task,
     /// and every task before this call returns.
     void execute(const TaskGraph& graph, const std::function<bool(std::size_t)>& task);
+    /// @brief Whether execute() runs `graph`'s tasks one after another, in index order, on the
+    /// calling thread (one thread, or too little work to share).
+    bool runs_inline(const TaskGraph& graph) const;
 
 private:
     struct Impl;
