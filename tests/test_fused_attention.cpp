@@ -147,6 +147,49 @@ Built build(const Case& c) {
     return {b.build(), q, k, v};
 }
 
+// Every traced value of `g` but O as the plain run has it: -inf and 0 at the same places,
+// the rest within 1e-5.
+void check_traced_as_plain(const Graph& g, const RunResult& rp, const RunResult& rt) {
+    for (const ValueInfo& v : g.values()) {
+        if (v.producer < 0 || v.name == "O") continue;
+        BOOST_TEST_CONTEXT(v.name) {
+            const Tensor &tp = rp.at(g, v.name), &tt = rt.at(g, v.name);
+            BOOST_REQUIRE(tp.shape() == tt.shape());
+            std::size_t mismatched = 0;
+            double diff = 0;
+            for (std::size_t i = 0; i < tp.size(); ++i) {
+                const double x = tp.at_flat(i), y = tt.at_flat(i);
+                if (std::isinf(x) || std::isinf(y) || x == 0 || y == 0)
+                    mismatched += !(x == y);
+                else
+                    diff = std::max(diff, std::abs(x - y));
+            }
+            BOOST_TEST(mismatched == 0u);
+            BOOST_TEST(diff < 1e-5);
+        }
+    }
+}
+
+// O of `fused` (one thread) bytewise the same at 2, 4 and 8 threads, untraced and with
+// `value` traced (and `value` the same as at one thread).
+void check_thread_counts(const Graph& g, const RunOptions& fused, const Tensor& o, const std::string& value) {
+    for (const std::vector<std::string>& only : {std::vector<std::string>{}, std::vector<std::string>{value}}) {
+        RunOptions t = fused;
+        t.trace = !only.empty();
+        t.trace_only = only;
+        const RunResult one = run(g, t);
+        BOOST_TEST((one.at(g, "O") == o));
+        for (int threads : {2, 4, 8}) {
+            t.threads = threads;
+            const RunResult r = run(g, t);
+            BOOST_TEST_CONTEXT("threads " << threads << ", traced " << only.size()) {
+                BOOST_TEST((r.at(g, "O") == o));
+                if (!only.empty()) BOOST_TEST((r.at(g, value) == one.at(g, value)));
+            }
+        }
+    }
+}
+
 // The softmax input's name, e.g. the last node of the chain, for the plan check.
 void check_case(const Case& c) {
     const Built built = build(c);
@@ -174,24 +217,7 @@ void check_case(const Case& c) {
     BOOST_TEST(test::max_abs_diff(o, rp.at(g, "O")) < 1e-6);
     BOOST_TEST((rt.at(g, "O") == o));  // tracing changes no bit
     // every traced value of the chain: the plain run's, -inf and 0 at the same places
-    for (const ValueInfo& v : g.values()) {
-        if (v.producer < 0 || v.name == "O") continue;
-        BOOST_TEST_CONTEXT(v.name) {
-            const Tensor &tp = rp.at(g, v.name), &tt = rt.at(g, v.name);
-            BOOST_REQUIRE(tp.shape() == tt.shape());
-            std::size_t mismatched = 0;
-            double diff = 0;
-            for (std::size_t i = 0; i < tp.size(); ++i) {
-                const double x = tp.at_flat(i), y = tt.at_flat(i);
-                if (std::isinf(x) || std::isinf(y) || x == 0 || y == 0)
-                    mismatched += !(x == y);
-                else
-                    diff = std::max(diff, std::abs(x - y));
-            }
-            BOOST_TEST(mismatched == 0u);
-            BOOST_TEST(diff < 1e-5);
-        }
-    }
+    check_traced_as_plain(g, rp, rt);
     // a masked key has weight exactly 0, a row with no key left gives O = 0
     const Tensor& a = rt.at(g, "A");
     std::size_t wrong_zeros = 0, empty_rows = 0, nonzero_empty = 0;
@@ -222,21 +248,7 @@ void check_case(const Case& c) {
     BOOST_TEST_MESSAGE(c.name << ": " << empty_rows << " fully masked rows");
 
     // bytewise the same for any thread count, untraced and with A traced
-    for (const std::vector<std::string>& only : {std::vector<std::string>{}, std::vector<std::string>{"A"}}) {
-        RunOptions t = fused;
-        t.trace = !only.empty();
-        t.trace_only = only;
-        const RunResult one = run(g, t);
-        BOOST_TEST((one.at(g, "O") == o));
-        for (int threads : {2, 4, 8}) {
-            t.threads = threads;
-            const RunResult r = run(g, t);
-            BOOST_TEST_CONTEXT("threads " << threads << ", traced " << only.size()) {
-                BOOST_TEST((r.at(g, "O") == o));
-                if (!only.empty()) BOOST_TEST((r.at(g, "A") == one.at(g, "A")));
-            }
-        }
-    }
+    check_thread_counts(g, fused, o, "A");
     // only S_raw traced: every key's score computed, the other values as untraced
     RunOptions sraw = fused;
     sraw.trace = true;
@@ -753,26 +765,9 @@ void check_diff_case(const DiffCase& c) {
     BOOST_TEST(test::max_abs_diff(o, rp.at(g, "O")) < 1e-6);
     BOOST_TEST((rt.at(g, "O") == o));  // tracing changes no bit
     // every traced value: the plain run's, -inf and 0 at the same places; A and its halves
-    // bit for bit where the scores are (the same GEMM calls per key block may not be: a
-    // tolerance as check_case has it)
-    for (const ValueInfo& v : g.values()) {
-        if (v.producer < 0 || v.name == "O") continue;
-        BOOST_TEST_CONTEXT(v.name) {
-            const Tensor &tp = rp.at(g, v.name), &tt = rt.at(g, v.name);
-            BOOST_REQUIRE(tp.shape() == tt.shape());
-            std::size_t mismatched = 0;
-            double diff = 0;
-            for (std::size_t i = 0; i < tp.size(); ++i) {
-                const double x = tp.at_flat(i), y = tt.at_flat(i);
-                if (std::isinf(x) || std::isinf(y) || x == 0 || y == 0)
-                    mismatched += !(x == y);
-                else
-                    diff = std::max(diff, std::abs(x - y));
-            }
-            BOOST_TEST(mismatched == 0u);
-            BOOST_TEST(diff < 1e-5);
-        }
-    }
+    // within the same tolerance as check_case's chain (the GEMM calls per key block may round
+    // differently)
+    check_traced_as_plain(g, rp, rt);
     // A_diff from the traced halves by the nodes' arithmetic, bit for bit: the fused step
     // does Mul and Sub as the ops do
     {
@@ -800,21 +795,7 @@ void check_diff_case(const DiffCase& c) {
     BOOST_TEST_MESSAGE("diff: " << empty_rows << " fully masked rows");
 
     // bytewise the same for any thread count, untraced and with A_diff traced
-    for (const std::vector<std::string>& only : {std::vector<std::string>{}, std::vector<std::string>{"A_diff"}}) {
-        RunOptions t = fused;
-        t.trace = !only.empty();
-        t.trace_only = only;
-        const RunResult one = run(g, t);
-        BOOST_TEST((one.at(g, "O") == o));
-        for (int threads : {2, 4, 8}) {
-            t.threads = threads;
-            const RunResult r = run(g, t);
-            BOOST_TEST_CONTEXT("threads " << threads << ", traced " << only.size()) {
-                BOOST_TEST((r.at(g, "O") == o));
-                if (!only.empty()) BOOST_TEST((r.at(g, "A_diff") == one.at(g, "A_diff")));
-            }
-        }
-    }
+    check_thread_counts(g, fused, o, "A_diff");
 }
 
 // A graph the kernel cannot take keeps its nodes: no attention step, the plain run's numbers.
