@@ -7,10 +7,13 @@
 // derivative(attrs, x, y) = dy/dx.
 // BinaryOp<Op, Attrs>: y = f(a, b) with numpy broadcasting. Op gives apply(attrs, a, b) (scalar) and,
 // unless it has no gradient, partial_a / partial_b (attrs, a, b, y).
+#include <algorithm>
 #include <array>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include <boost/container/small_vector.hpp>
 #include <xsimd/xsimd.hpp>
 
 #include "ops/common.hpp"
@@ -19,31 +22,60 @@ namespace attngraph::ops {
 
 // ---- broadcast walks -----------------------------------------------------------------
 
-/// Calls f(i, offsets) for flat indices i in [i0, i1) of shape `ys`, where offsets[k] is the
-/// element of operand k (broadcast with strides[k], from broadcast_strides) that i reads.
+/// Calls f(i, offsets, count, steps) for the runs along the last axis that make up flat
+/// indices [i0, i1) of shape `ys`: elements i .. i + count - 1, where operand k (broadcast
+/// with strides[k], from broadcast_strides) reads offsets[k] + j·steps[k] for element i + j.
+/// The per-element odometer of a plain walk costs more than the arithmetic it feeds; a run
+/// needs one step per operand and element.
 template <std::size_t K, class F>
-void broadcast_walk(const Shape& ys, const std::array<std::vector<std::size_t>, K>& strides, std::size_t i0,
+void broadcast_runs(const Shape& ys, const std::array<std::vector<std::size_t>, K>& strides, std::size_t i0,
                     std::size_t i1, F&& f) {
     const std::size_t rank = ys.size();
     if (i0 >= i1) return;
-    std::vector<std::size_t> idx(rank, 0);
-    std::array<std::size_t, K> off{};
+    std::array<std::size_t, K> off{}, steps{};
+    if (rank == 0) {  // a scalar: one element
+        f(i0, off, std::size_t(1), steps);
+        return;
+    }
+    boost::container::small_vector<std::size_t, 8> idx(rank, 0);
     std::size_t rem = i0;
     for (std::size_t d = rank; d-- > 0;) {
         idx[d] = rem % ys[d];
         rem /= ys[d];
         for (std::size_t k = 0; k < K; ++k) off[k] += idx[d] * strides[k][d];
     }
-    for (std::size_t i = i0; i < i1; ++i) {
-        f(i, off);
-        // odometer step: the last axis first, carrying into the ones before
-        for (std::size_t d = rank; d-- > 0;) {
+    const std::size_t last = rank - 1, width = ys[last];
+    for (std::size_t k = 0; k < K; ++k) steps[k] = strides[k][last];
+    for (std::size_t i = i0;;) {
+        const std::size_t count = std::min(width - idx[last], i1 - i);
+        f(i, off, count, steps);
+        i += count;
+        if (i >= i1) return;
+        // the start of the next row: the last axis back to 0, carrying into the ones before
+        for (std::size_t k = 0; k < K; ++k) off[k] -= idx[last] * steps[k];
+        idx[last] = 0;
+        for (std::size_t d = last; d-- > 0;) {
             for (std::size_t k = 0; k < K; ++k) off[k] += strides[k][d];
             if (++idx[d] < ys[d]) break;
             for (std::size_t k = 0; k < K; ++k) off[k] -= idx[d] * strides[k][d];
             idx[d] = 0;
         }
     }
+}
+
+/// Calls f(i, offsets) for flat indices i in [i0, i1) of shape `ys`, where offsets[k] is the
+/// element of operand k (broadcast with strides[k], from broadcast_strides) that i reads.
+template <std::size_t K, class F>
+void broadcast_walk(const Shape& ys, const std::array<std::vector<std::size_t>, K>& strides, std::size_t i0,
+                    std::size_t i1, F&& f) {
+    broadcast_runs(ys, strides, i0, i1,
+                   [&](std::size_t i, std::array<std::size_t, K> off, std::size_t count,
+                       const std::array<std::size_t, K>& steps) {
+                       for (std::size_t j = 0; j < count; ++j) {
+                           f(i + j, std::as_const(off));
+                           for (std::size_t k = 0; k < K; ++k) off[k] += steps[k];
+                       }
+                   });
 }
 
 /// The shape all of `in` broadcast to; ShapeError naming every shape otherwise.
@@ -143,9 +175,23 @@ struct BinaryOp {
         }
         const std::array<std::vector<std::size_t>, 2> s{broadcast_strides(as, ys), broadcast_strides(bs, ys)};
         parallel_chunks(n, grain_for(4), [&](std::size_t i0, std::size_t i1) {
-            broadcast_walk(ys, s, i0, i1, [&](std::size_t i, const std::array<std::size_t, 2>& off) {
-                y[i] = Op::apply(attrs, a[off[0]], b[off[1]]);
-            });
+            broadcast_runs(ys, s, i0, i1,
+                           [&](std::size_t i, const std::array<std::size_t, 2>& off, std::size_t count,
+                               const std::array<std::size_t, 2>& step) {
+                               const T* ar = a + off[0];
+                               const T* br = b + off[1];
+                               T* yr = y + i;
+                               // the common runs with their steps known, so that the loop vectorises
+                               if (step[0] == 1 && step[1] == 1)
+                                   for (std::size_t j = 0; j < count; ++j) yr[j] = Op::apply(attrs, ar[j], br[j]);
+                               else if (step[0] == 1 && step[1] == 0)
+                                   for (std::size_t j = 0; j < count; ++j) yr[j] = Op::apply(attrs, ar[j], *br);
+                               else if (step[0] == 0 && step[1] == 1)
+                                   for (std::size_t j = 0; j < count; ++j) yr[j] = Op::apply(attrs, *ar, br[j]);
+                               else
+                                   for (std::size_t j = 0; j < count; ++j)
+                                       yr[j] = Op::apply(attrs, ar[j * step[0]], br[j * step[1]]);
+                           });
         });
     }
 

@@ -69,10 +69,14 @@ struct Gather {
         const T* x = in[0]->data();
         T* y = out[0]->data();
         parallel_chunks(l.outer * count, grain_for(l.inner), [&](std::size_t r0, std::size_t r1) {
+            std::size_t o = r0 / count, p = r0 % count;  // r = o·count + p, stepped
             for (std::size_t r = r0; r < r1; ++r) {
-                const std::size_t o = r / count, p = r % count;
                 const T* src = x + (o * l.len + pos[p]) * l.inner;
-                std::copy(src, src + l.inner, y + r * l.inner);
+                if (l.inner == 1)  // a gather along the last axis (a bias table's rows by index)
+                    y[r] = *src;
+                else
+                    std::copy(src, src + l.inner, y + r * l.inner);
+                if (++p == count) p = 0, ++o;
             }
         });
     }
