@@ -37,7 +37,7 @@ void offsets_and_strides(AttentionSpec& spec) {
     spec.lambda_strides =
         spec.diff ? ops::broadcast_strides(spec.diff->operand_shape, spec.diff->shape) : std::vector<std::size_t>{};
     spec.patterned = std::any_of(spec.stages.begin(), spec.stages.end(), [](const ScoreStage& st) {
-        return st.kind == ScoreStage::Kind::mask && st.pattern != ScoreStage::Pattern::none;
+        return st.kind == ScoreStage::Kind::mask && (st.pattern != ScoreStage::Pattern::none || st.tensor_span);
     });
 }
 
@@ -109,6 +109,11 @@ AttentionKernel<T>::AttentionKernel(const AttentionSpec& spec, In<T> in)
     m_blocks = (spec.n + gemm_row_block - 1) / gemm_row_block;
     for (const ScoreStage& st : spec.stages)
         m_operands.push_back(st.operand >= 0 ? in[static_cast<std::size_t>(st.operand)]->data() : nullptr);
+    for (std::size_t s = 0; s < spec.stages.size(); ++s)
+        if (spec.stages[s].tensor_span) {
+            m_tensor_spans.resize(spec.stages.size());
+            m_tensor_spans[s] = tensor_spans(spec.stages[s], m_operands[s]);
+        }
     if (spec.sink) m_sink_bias = in[static_cast<std::size_t>(spec.sink->operand)]->data();
     if (spec.diff) {
         const Array<T>& lambda = *in[static_cast<std::size_t>(spec.diff->operand)];
@@ -122,15 +127,49 @@ std::size_t AttentionKernel<T>::scratch_size() const {
     return std::min(m_spec.n, gemm_row_block) * m_spec.m * (m_spec.diff ? 3 : 1);
 }
 
-// The keys query `row` of matrix b keeps after the patterns of stages [0, level): an
-// intersection of intervals, one per pattern.
+// Each row's span of a boolean mask tensor of its own shape (a row of one element is
+// broadcast along the keys: all of them or none): from its first nonzero to its last.
+template <class T>
+std::vector<typename AttentionKernel<T>::Span> AttentionKernel<T>::tensor_spans(const ScoreStage& st,
+                                                                                const T* mask) const {
+    const std::size_t width = st.operand_shape.empty() ? 1 : st.operand_shape.back();
+    const std::size_t rows = element_count(st.operand_shape) / std::max<std::size_t>(width, 1);
+    const std::size_t m = m_spec.m;
+    std::vector<Span> spans(rows);
+    parallel_chunks(rows, grain_for(std::max<std::size_t>(width, 1)), [&](std::size_t r0, std::size_t r1) {
+        for (std::size_t r = r0; r < r1; ++r) {
+            const T* x = mask + r * width;
+            if (width == 1) {
+                spans[r] = x[0] != T(0) ? Span{0, m} : Span{0, 0};
+                continue;
+            }
+            std::size_t lo = 0, hi = width;
+            while (lo < hi && x[lo] == T(0)) ++lo;
+            while (hi > lo && x[hi - 1] == T(0)) --hi;
+            spans[r] = lo < hi ? Span{lo, hi} : Span{0, 0};
+        }
+    });
+    return spans;
+}
+
+// The keys query `row` of matrix b keeps after the patterns and tensor spans of stages
+// [0, level): an intersection of intervals, one per pattern or mask tensor.
 template <class T>
 typename AttentionKernel<T>::Span AttentionKernel<T>::span(std::size_t level, std::size_t b, std::size_t row) const {
     const long m = static_cast<long>(m_spec.m), n = static_cast<long>(m_spec.n);
     long lo = 0, hi = m;
     for (std::size_t s = 0; s < level; ++s) {
         const ScoreStage& st = m_spec.stages[s];
-        if (st.kind != ScoreStage::Kind::mask || st.pattern == ScoreStage::Pattern::none) continue;
+        if (st.kind != ScoreStage::Kind::mask) continue;
+        if (st.tensor_span) {  // the mask tensor's row this query row reads
+            const std::vector<std::size_t>& strides = m_spec.operand_strides[s];
+            const std::size_t width = st.operand_shape.empty() ? 1 : st.operand_shape.back();
+            const std::size_t at = ops::broadcast_offset((b * m_spec.n + row) * m_spec.m, st.shape, strides);
+            const Span t = m_tensor_spans[s][width > 1 ? at / width : at];
+            lo = std::max(lo, static_cast<long>(t.lo));
+            hi = std::min(hi, static_cast<long>(t.hi));
+        }
+        if (st.pattern == ScoreStage::Pattern::none) continue;
         const long p = static_cast<long>(row) + (st.offset_from_end ? m - n : st.offset);
         switch (st.pattern) {
             case ScoreStage::Pattern::causal:  // j <= p

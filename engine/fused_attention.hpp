@@ -16,7 +16,10 @@
 // the chain and A·V only over the union of its rows' spans (and each row's softmax only over
 // its own span): for causal attention the block of rows r0 .. r0 + 127 computes keys
 // 0 .. r0 + 127 only, for a window of w keys about w + 127, for padded keys nothing past the
-// sequence's length. What is skipped is what the plain nodes give there: A = 0 (a fully
+// sequence's length. A boolean mask tensor (FlexAttention's mask_mod, a document mask, ONNX's
+// bool attn_mask) bounds each row's span the same way: its first to its last kept key, found
+// by one pass over the tensor per run (the keys between are masked element by element). What
+// is skipped is what the plain nodes give there: A = 0 (a fully
 // masked row gives zeros, as the Softmax op does), and softmax_spans gives the bits
 // softmax_rows gives on the whole row (engine/softmax_kernel.hpp). A pattern Mask is only
 // taken as a span when every node after it maps -inf to -inf (not Tanh, not a Scale by a
@@ -65,6 +68,9 @@ struct ScoreStage {
     bool window_causal = false;                   ///< mask window: 0 <= p - j < w instead of |p - j| < w
     std::vector<int> lengths;                     ///< mask padding: keys per sequence (axis 0)
     MaskTensor mask_tensor = MaskTensor::none;    ///< mask: what its tensor (operand) means
+    /// mask with a boolean tensor: a row's kept keys, first to last, bound its span as a pattern
+    /// does (set when every node after the Mask keeps -inf at -inf, as for a pattern)
+    bool tensor_span = false;
     int operand = -1;                             ///< step input: alibi slopes, mask tensor, add bias; -1 none
     Shape operand_shape;                          ///< its shape (broadcast to `shape`)
     Shape shape;                                  ///< this node's output: (..., n, m)
@@ -130,7 +136,8 @@ struct AttentionSpec {
     /// operand's into the sink column; diff's lambda's into A_diff. Set by finish().
     std::vector<std::vector<std::size_t>> operand_strides;
     std::vector<std::size_t> sink_strides, lambda_strides;
-    /// Whether a Mask stage has a pattern (else every row sees all m keys). Set by finish().
+    /// Whether a Mask stage has a pattern or a tensor span (else every row sees all m keys).
+    /// Set by finish().
     bool patterned = false;
 
     /// Derives fold_scale, level and the shapes' offsets and strides from the rest: a run plan
@@ -189,6 +196,7 @@ private:
     struct Span {
         std::size_t lo, hi;
     };
+    std::vector<Span> tensor_spans(const ScoreStage& st, const T* mask) const;
     Span span(std::size_t level, std::size_t b, std::size_t row) const;
     void write(const std::vector<int>& slots, Out<T> kept, const Block& blk, const T* s, std::size_t ld,
                std::size_t c0, std::size_t level, T fill, const T* last = nullptr) const;
@@ -203,6 +211,9 @@ private:
     // per stage: its operand's data (or null); inline for a few stages: a kernel is made on
     // every run of its step
     boost::container::small_vector<const T*, 8> m_operands;
+    // per stage with a tensor span: the span of each row of its mask tensor (its own shape's
+    // rows, before broadcasting); empty for the other stages
+    std::vector<std::vector<Span>> m_tensor_spans;
     const T* m_sink_bias = nullptr;  // the sink logits (spec.sink's operand)
     const T* m_lambda = nullptr;     // diff: lambda (spec.diff's operand)
     bool m_lambda_finite = true;     // diff: no lambda is inf or NaN

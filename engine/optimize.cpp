@@ -388,6 +388,16 @@ bool match_attention(const Matcher& m, int o_node, std::vector<bool>& folded, St
             return false;
         masked = masked || (l.stage.kind == ScoreStage::Kind::mask && l.stage.pattern != ScoreStage::Pattern::none);
     }
+    // so is a boolean mask tensor, when every node after it does (else its mask is applied
+    // element by element over all keys)
+    bool keeps_inf = true;
+    for (auto l = chain.rbegin(); l != chain.rend(); ++l) {
+        ScoreStage& st = l->stage;
+        if (st.kind == ScoreStage::Kind::mask && st.mask_tensor == ScoreStage::MaskTensor::boolean)
+            st.tensor_span = keeps_inf;
+        if (st.kind == ScoreStage::Kind::tanh || (st.kind == ScoreStage::Kind::scale && !(st.factor > 0)))
+            keeps_inf = false;
+    }
 
     auto spec = std::make_shared<AttentionSpec>();
     spec->batch = batch;

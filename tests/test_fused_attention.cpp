@@ -482,6 +482,88 @@ BOOST_AUTO_TEST_CASE(mask_tensors_and_additive_bias) {
     BOOST_TEST_CONTEXT("bias") { check_case(biased); }
 }
 
+// Boolean mask tensors as FlexAttention's mask_mod builds them (graphs/variants.cpp's flex/...):
+// per sequence, a causal mask with holes and a causal document mask. Each row's span runs
+// from its first to its last kept key, so the fused step computes the keys of its rows' spans
+// only, as for a pattern; with a Tanh after the mask it applies the tensor over all keys.
+BOOST_AUTO_TEST_CASE(boolean_mask_tensors_bound_the_keys_computed) {
+    const std::size_t n = 300, m = 300;
+    Tensor keep = zeros(DType::f32, {2, 1, n, m});
+    auto kept_key = [](std::size_t bb, std::size_t i, std::size_t j) {
+        if (j > i) return false;
+        if (bb == 0) return (i * 31 + j) % 11 != 0;  // causal with holes
+        return (i < 150) == (j < 150);               // documents [0, 150) and [150, 300)
+    };
+    for (std::size_t bb = 0; bb < 2; ++bb)
+        for (std::size_t i = 0; i < n; ++i)
+            for (std::size_t j = 0; j < m; ++j) keep.as<float>().data()[(bb * n + i) * m + j] = kept_key(bb, i, j);
+
+    Case c{"boolean_spans"};
+    c.chain = [keep](Value s, GraphBuilder& b) {
+        return mask_tensor(scale(s, factor).named("S"), b.input("M", keep), false).named("S_masked");
+    };
+    c.score = [&](std::size_t bb, std::size_t, std::size_t i, std::size_t j, double raw) {
+        return kept_key(bb, i, j) ? factor * raw : -inf;
+    };
+    check_case(c);
+
+    // the keys each block computes: its rows' spans (blocks of 128 rows, engine/gemm.hpp)
+    const Built built = build(c);
+    const Plan plan = make_plan(built.graph, kept(built.graph));
+    const Step* step = nullptr;
+    for (const Step& st : plan.steps)
+        if (st.kind == StepKind::attention) step = &st;
+    BOOST_REQUIRE(step);
+    BOOST_TEST(step->attention->stages.back().tensor_span);
+    const std::vector<const Array<float>*> in{&built.q.as<float>(), &built.k.as<float>(), &built.v.as<float>(),
+                                              &keep.as<float>()};
+    const AttentionKernel<float> kernel(*step->attention, in);
+    BOOST_REQUIRE(kernel.blocks() == 3u);
+    // matrix b = sequence·H + head (H = 2); each row's span from its first to its last kept key
+    std::size_t skipped = 0;  // keys of the blocks' n × m the spans leave out
+    for (std::size_t b = 0; b < 4; ++b)
+        for (std::size_t i = 0; i < kernel.blocks(); ++i) {
+            const auto blk = kernel.block(b, i);
+            std::size_t lo = m, hi = 0;
+            for (std::size_t r = 0; r < blk.rows; ++r) {
+                std::size_t first = m, last = 0;
+                for (std::size_t j = 0; j < m; ++j)
+                    if (kept_key(b / 2, blk.r0 + r, j)) first = std::min(first, j), last = j + 1;
+                if (first == m) first = last = 0;  // no key: an empty span
+                BOOST_TEST_CONTEXT("matrix " << b << " row " << blk.r0 + r) {
+                    BOOST_TEST(blk.row_lo[r] == first);
+                    BOOST_TEST(blk.row_hi[r] == last);
+                }
+                if (first < last) lo = std::min(lo, first), hi = std::max(hi, last);
+            }
+            BOOST_TEST_CONTEXT("matrix " << b << " block " << i) {
+                BOOST_TEST(blk.lo == lo);
+                BOOST_TEST(blk.hi == hi);
+                BOOST_TEST(blk.hi <= blk.r0 + blk.rows);  // causal: no key after the block's last row
+            }
+            skipped += blk.rows * (m - (blk.hi - blk.lo));
+        }
+    BOOST_TEST(kernel.block(2, 2).lo == 150u);  // sequence 1's last rows: their document's keys only
+    BOOST_TEST(skipped > n * m);
+    BOOST_TEST(kernel.block(0, 0).row_hi[0] == 0u);  // sequence 0's row 0 keeps no key
+
+    // a Tanh after the mask maps -inf to -1: the tensor is applied over every key
+    Case late{"boolean_then_tanh"};
+    late.chain = [keep](Value s, GraphBuilder& b) {
+        const Value masked = mask_tensor(scale(s, factor).named("S"), b.input("M", keep), false).named("S_masked");
+        return b.node<ops::Tanh>({masked}, {}, "S_tanh");
+    };
+    late.score = [&](std::size_t bb, std::size_t, std::size_t i, std::size_t j, double raw) {
+        return std::tanh(kept_key(bb, i, j) ? factor * raw : -inf);
+    };
+    const Built late_built = build(late);
+    const Plan late_plan = make_plan(late_built.graph, kept(late_built.graph));
+    for (const Step& st : late_plan.steps)
+        if (st.kind == StepKind::attention)
+            for (const ScoreStage& stage : st.attention->stages) BOOST_TEST(!stage.tensor_span);
+    check_case(late);
+}
+
 // Gemma-2's softcapping, c·tanh(S / c), before a causal mask; grouped heads in the 5-D layout.
 BOOST_AUTO_TEST_CASE(softcap_and_grouped_heads) {
     const double cap = 2.0;
