@@ -8,6 +8,7 @@
 #include "engine/parallel.hpp"
 #include "engine/softmax_kernel.hpp"
 #include "ops/common.hpp"
+#include "ops/gather.hpp"
 #include "ops/mul.hpp"
 #include "ops/sub.hpp"
 #include "ops/tanh.hpp"
@@ -29,9 +30,13 @@ void offsets_and_strides(AttentionSpec& spec) {
     spec.k_offset = batch_offsets(spec.batch, spec.k_batch);
     spec.v_offset = batch_offsets(spec.diff ? spec.diff->batch : spec.batch, spec.v_batch);  // per O matrix
     spec.operand_strides.clear();
-    for (const ScoreStage& st : spec.stages)
+    spec.multiplier_strides.clear();
+    for (const ScoreStage& st : spec.stages) {
         spec.operand_strides.push_back(st.operand >= 0 ? ops::broadcast_strides(st.operand_shape, st.shape)
                                                        : std::vector<std::size_t>{});
+        spec.multiplier_strides.push_back(st.multiplier >= 0 ? ops::broadcast_strides(st.multiplier_shape, st.shape)
+                                                             : std::vector<std::size_t>{});
+    }
     spec.sink_strides =
         spec.sink ? ops::broadcast_strides(spec.sink->operand_shape, spec.sink->shape) : std::vector<std::size_t>{};
     spec.lambda_strides =
@@ -107,13 +112,25 @@ AttentionKernel<T>::AttentionKernel(const AttentionSpec& spec, In<T> in)
     : m_spec(spec), m_q(in[0]->data()), m_k(in[1]->data()), m_v(in[2]->data()) {
     m_batches = element_count(spec.batch);
     m_blocks = (spec.n + gemm_row_block - 1) / gemm_row_block;
-    for (const ScoreStage& st : spec.stages)
+    for (const ScoreStage& st : spec.stages) {
         m_operands.push_back(st.operand >= 0 ? in[static_cast<std::size_t>(st.operand)]->data() : nullptr);
-    for (std::size_t s = 0; s < spec.stages.size(); ++s)
-        if (spec.stages[s].tensor_span) {
+        m_multipliers.push_back(st.multiplier >= 0 ? in[static_cast<std::size_t>(st.multiplier)]->data() : nullptr);
+    }
+    for (std::size_t s = 0; s < spec.stages.size(); ++s) {
+        const ScoreStage& st = spec.stages[s];
+        if (st.tensor_span) {
             m_tensor_spans.resize(spec.stages.size());
-            m_tensor_spans[s] = tensor_spans(spec.stages[s], m_operands[s]);
+            m_tensor_spans[s] = tensor_spans(st, m_operands[s]);
         }
+        if (st.index >= 0) {  // the Gather's checks and errors, as its node would give them
+            m_positions.resize(spec.stages.size());
+            try {
+                m_positions[s] = ops::Gather::positions(*in[static_cast<std::size_t>(st.index)], st.table_len, -1);
+            } catch (const ValueError& e) {
+                throw ValueError("node '" + st.gather_node + "' (Gather, fused into this attention step): " + e.what());
+            }
+        }
+    }
     if (spec.sink) m_sink_bias = in[static_cast<std::size_t>(spec.sink->operand)]->data();
     if (spec.diff) {
         const Array<T>& lambda = *in[static_cast<std::size_t>(spec.diff->operand)];
@@ -329,6 +346,21 @@ void AttentionKernel<T>::stage(const ScoreStage& st, const Block& blk, T* s, std
                 }
                 break;
             case ScoreStage::Kind::add:  // ops/add.hpp
+                if (st.index >= 0) {  // bias = Gather(table, index) (ops/gather.hpp): a table row per row
+                    const std::size_t* pos = m_positions[si].data() + base % st.index_count;
+                    const T* table = operand + base / st.index_count * st.table_len;
+                    for (std::size_t k = 0; k < count; ++k) x[k] = x[k] + table[pos[k * step]];
+                    break;
+                }
+                if (st.multiplier >= 0) {  // bias = Mul(operand, multiplier) (ops/mul.hpp)
+                    const std::vector<std::size_t>& ms = m_spec.multiplier_strides[si];
+                    const T* mult = m_multipliers[si] + ops::broadcast_offset((blk.b * n + i) * m + sp.lo, st.shape, ms);
+                    const std::size_t mstep = ms.back();
+                    const ops::MulAttrs mul{};
+                    for (std::size_t k = 0; k < count; ++k)
+                        x[k] = x[k] + ops::Mul::apply(mul, operand[base + k * step], mult[k * mstep]);
+                    break;
+                }
                 for (std::size_t k = 0; k < count; ++k) x[k] = x[k] + operand[base + k * step];
                 break;
         }

@@ -43,6 +43,7 @@
 #include <cstddef>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include <boost/container/small_vector.hpp>
@@ -72,7 +73,18 @@ struct ScoreStage {
     /// does (set when every node after the Mask keeps -inf at -inf, as for a pattern)
     bool tensor_span = false;
     int operand = -1;                             ///< step input: alibi slopes, mask tensor, add bias; -1 none
-    Shape operand_shape;                          ///< its shape (broadcast to `shape`)
+    /// add: the bias is Gather(operand, index) along the operand's last axis (T5's relative
+    /// position bias: a table per head read at q - k), read through the index in the step
+    /// instead of materialised as (h, n, m). -1: the operand is the bias itself.
+    int index = -1;                               ///< step input: the Gather's indices
+    std::size_t table_len = 0;                    ///< the operand's last axis, the Gather's
+    std::size_t index_count = 0;                  ///< the indices' elements
+    std::string gather_node;                      ///< the Gather's name, for errors
+    /// add: the bias is Mul(operand, multiplier) (attention-gym's ALiBi: slope[h]·(j - i)),
+    /// each element by the Mul's arithmetic in the step instead of materialised. -1: no product.
+    int multiplier = -1;                          ///< step input: the Mul's second operand
+    Shape multiplier_shape;                       ///< its shape (broadcast to `shape`)
+    Shape operand_shape;                          ///< its shape, the bias's with `index` (broadcast to `shape`)
     Shape shape;                                  ///< this node's output: (..., n, m)
     std::vector<int> outputs;                     ///< step outputs holding this value (it, and Reshapes of it)
 
@@ -132,9 +144,9 @@ struct AttentionSpec {
     /// The matrix index of K per batch index of `batch` (row-major), and of V per O matrix (of
     /// diff's batch with a DiffPair). Set by finish().
     std::vector<std::size_t> k_offset, v_offset;
-    /// Per stage: its operand's broadcast strides into its shape (empty: no operand); the sink
+    /// Per stage: its operand's and multiplier's broadcast strides into its shape (empty: none); the sink
     /// operand's into the sink column; diff's lambda's into A_diff. Set by finish().
-    std::vector<std::vector<std::size_t>> operand_strides;
+    std::vector<std::vector<std::size_t>> operand_strides, multiplier_strides;
     std::vector<std::size_t> sink_strides, lambda_strides;
     /// Whether a Mask stage has a pattern or a tensor span (else every row sees all m keys).
     /// Set by finish().
@@ -210,10 +222,13 @@ private:
     const T* m_v;
     // per stage: its operand's data (or null); inline for a few stages: a kernel is made on
     // every run of its step
-    boost::container::small_vector<const T*, 8> m_operands;
+    boost::container::small_vector<const T*, 8> m_operands, m_multipliers;
     // per stage with a tensor span: the span of each row of its mask tensor (its own shape's
     // rows, before broadcasting); empty for the other stages
     std::vector<std::vector<Span>> m_tensor_spans;
+    // per stage with a gathered bias: its indices as positions (ops::Gather::positions); empty
+    // for the other stages
+    std::vector<std::vector<std::size_t>> m_positions;
     const T* m_sink_bias = nullptr;  // the sink logits (spec.sink's operand)
     const T* m_lambda = nullptr;     // diff: lambda (spec.diff's operand)
     bool m_lambda_finite = true;     // diff: no lambda is inf or NaN

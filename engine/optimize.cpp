@@ -172,6 +172,21 @@ bool chain_stage(const Matcher& m, int id, const std::vector<bool>& folded, Scor
     return true;
 }
 
+// The Gather node making an Add's bias `id` when the step can read the bias through it
+// (ScoreStage::index): along its data's last axis, indices of rank >= 1 (so a row of the bias
+// is one row of the table), the bias read only by the Add and not kept; else -1.
+int gathered_bias(const Matcher& m, int id, const std::vector<bool>& folded) {
+    if (id < 0) return -1;
+    const int gather = m.foldable<ops::Gather>(id, folded);
+    if (gather < 0) return -1;
+    const Node& gn = m.node(gather);
+    const Shape &data = m.shape(gn.inputs[0]), &index = m.shape(gn.inputs[1]);
+    const int axis = gn.attrs_if<ops::Gather>()->axis;
+    if (data.empty() || index.empty() || element_count(index) == 0) return -1;
+    if (axis != -1 && axis != static_cast<int>(data.size()) - 1) return -1;
+    return gather;
+}
+
 // Whether Slice `node` takes [begin, end) of its input's last axis.
 bool slices_last_axis(const Matcher& m, int node, long begin, long end) {
     const Shape& x = m.shape(m.node(node).inputs[0]);
@@ -418,7 +433,28 @@ bool match_attention(const Matcher& m, int o_node, std::vector<bool>& folded, St
     };
     spec->s_raw_outputs = slots(sraw_ids);
     for (Link& l : chain) {
-        if (l.operand >= 0) {
+        const int gather = l.stage.kind == ScoreStage::Kind::add ? gathered_bias(m, l.operand, folded) : -1;
+        if (gather >= 0) {  // the step reads the table and the indices instead of the bias
+            const Node& gn = m.node(gather);
+            l.stage.operand = static_cast<int>(step.inputs.size());
+            l.stage.index = l.stage.operand + 1;
+            l.stage.table_len = m.shape(gn.inputs[0]).back();
+            l.stage.index_count = element_count(m.shape(gn.inputs[1]));
+            l.stage.gather_node = gn.name;
+            step.inputs.insert(step.inputs.end(), {gn.inputs[0], gn.inputs[1]});
+            nodes.push_back(gather);
+        } else if (const int mul = l.stage.kind == ScoreStage::Kind::add && l.operand >= 0
+                                       ? m.foldable<ops::Mul>(l.operand, folded)
+                                       : -1;
+                   mul >= 0) {  // the step reads the product's operands instead of the bias
+            const Node& mn = m.node(mul);
+            l.stage.operand = static_cast<int>(step.inputs.size());
+            l.stage.multiplier = l.stage.operand + 1;
+            l.stage.operand_shape = m.shape(mn.inputs[0]);
+            l.stage.multiplier_shape = m.shape(mn.inputs[1]);
+            step.inputs.insert(step.inputs.end(), {mn.inputs[0], mn.inputs[1]});
+            nodes.push_back(mul);
+        } else if (l.operand >= 0) {
             l.stage.operand = static_cast<int>(step.inputs.size());
             step.inputs.push_back(l.operand);
         }

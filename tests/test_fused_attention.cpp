@@ -564,6 +564,95 @@ BOOST_AUTO_TEST_CASE(boolean_mask_tensors_bound_the_keys_computed) {
     check_case(late);
 }
 
+// T5's relative position bias, bias[h, i, j] = table[h, i - j + m - 1] by a Gather along the
+// table's last axis (flex/relative-position): the step reads the table through the indices
+// instead of the (h, n, m) bias, with the Gather's own errors for a bad index.
+BOOST_AUTO_TEST_CASE(gathered_bias) {
+    const std::size_t n = 300, m = 300, H = 2;
+    const Tensor table = graphs::random_tensor({H, n + m - 1}, DType::f32, 31);
+    Tensor index = zeros(DType::f32, {n, m});
+    for (std::size_t i = 0; i < n; ++i)
+        for (std::size_t j = 0; j < m; ++j) index.as<float>().data()[i * m + j] = static_cast<float>(i + m - 1 - j);
+    auto bias = [&](std::size_t h, std::size_t i, std::size_t j) { return table.at_flat(h * (n + m - 1) + i + m - 1 - j); };
+    auto chain = [&](bool causal) {
+        return [&table, &index, causal](Value s, GraphBuilder& b) {
+            const Value biased = attngraph::add(scale(s, factor).named("S"),
+                                                gather(b.param("table", table), b.input("index", index), -1).named("bias"))
+                                     .named("S_bias");
+            return causal ? mask_causal(biased, 0).named("S_masked") : biased;
+        };
+    };
+    for (bool causal : {false, true}) {
+        Case c{causal ? "gathered_bias_causal" : "gathered_bias"};
+        c.chain = chain(causal);
+        c.score = [&, causal](std::size_t, std::size_t h, std::size_t i, std::size_t j, double raw) {
+            return causal && j > i ? -inf : factor * raw + bias(h, i, j);
+        };
+        BOOST_TEST_CONTEXT(c.name) {
+            check_case(c);
+            const Built built = build(c);
+            const Plan plan = make_plan(built.graph, kept(built.graph));
+            BOOST_TEST(plan.describe(built.graph).find("bias") != std::string::npos, plan.describe(built.graph));
+            for (const Step& st : plan.steps)
+                if (st.kind == StepKind::attention) BOOST_TEST(st.attention->stages[1].index >= 0);
+            // kept (traced), the bias is the Gather's own value, and the Add reads it
+            for (const Step& st : make_plan(built.graph, kept(built.graph, {"bias"})).steps)
+                if (st.kind == StepKind::attention) BOOST_TEST(st.attention->stages[1].index == -1);
+        }
+    }
+
+    // an index outside the table: the Gather's error, named, fused or not
+    Case c{"gathered_bias_bad_index"};
+    c.chain = chain(false);
+    Built built = build(c);
+    Tensor bad = index;
+    bad.as<float>().data()[5 * m + 7] = static_cast<float>(n + m - 1);
+    RunOptions plain;
+    plain.optimize = false;
+    for (const RunOptions& options : {RunOptions{}, plain}) {
+        const Graph g = built.graph.with_tensors({{"index", bad}});
+        try {
+            run(g, options);
+            BOOST_TEST(false, "no error");
+        } catch (const ValueError& e) {
+            const std::string what = e.what();
+            BOOST_TEST(what.find("'bias' (Gather") != std::string::npos, what);
+            BOOST_TEST(what.find("index 599 at flat position 1507") != std::string::npos, what);
+        }
+    }
+}
+
+// attention-gym's ALiBi score_mod, bias = slope[h]·(j - i) by a Mul of (H, 1, 1) and (n, m)
+// (flex/alibi), then a boolean causal mask: the step forms each product by the Mul's
+// arithmetic instead of reading an (H, n, m) bias.
+BOOST_AUTO_TEST_CASE(product_bias) {
+    const std::size_t n = 300, m = 300, H = 2;
+    Tensor slopes = zeros(DType::f32, {H, 1, 1});
+    for (std::size_t h = 0; h < H; ++h) slopes.as<float>().data()[h] = std::pow(2.0f, -8.0f * float(h + 1) / float(H));
+    Tensor rel = zeros(DType::f32, {n, m}), keep = zeros(DType::f32, {n, m});
+    for (std::size_t i = 0; i < n; ++i)
+        for (std::size_t j = 0; j < m; ++j) {
+            rel.as<float>().data()[i * m + j] = static_cast<float>(j) - static_cast<float>(i);
+            keep.as<float>().data()[i * m + j] = j <= i;
+        }
+    Case c{"product_bias"};
+    c.chain = [&](Value s, GraphBuilder& b) {
+        const Value bias = mul(b.param("slopes", slopes), b.input("rel", rel)).named("bias");
+        const Value biased = attngraph::add(scale(s, factor).named("S"), bias).named("S_bias");
+        return mask_tensor(biased, b.input("M", keep), false).named("S_masked");
+    };
+    c.score = [&](std::size_t, std::size_t h, std::size_t i, std::size_t j, double raw) {
+        const float product = slopes.as<float>().data()[h] * rel.as<float>().data()[i * m + j];
+        return j > i ? -inf : factor * raw + product;
+    };
+    check_case(c);
+    const Built built = build(c);
+    for (const Step& st : make_plan(built.graph, kept(built.graph)).steps)
+        if (st.kind == StepKind::attention) BOOST_TEST(st.attention->stages[1].multiplier >= 0);
+    for (const Step& st : make_plan(built.graph, kept(built.graph, {"bias"})).steps)  // kept: the Mul's own value
+        if (st.kind == StepKind::attention) BOOST_TEST(st.attention->stages[1].multiplier == -1);
+}
+
 // Gemma-2's softcapping, c·tanh(S / c), before a causal mask; grouped heads in the 5-D layout.
 BOOST_AUTO_TEST_CASE(softcap_and_grouped_heads) {
     const double cap = 2.0;
