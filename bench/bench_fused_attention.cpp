@@ -1,6 +1,8 @@
 // The fused attention kernel with a score chain (engine/fused_attention.hpp) on 12 heads of
-// d_k 64: unmasked, causal, a causal window of 256 keys, ALiBi then causal, and key padding
-// to half the keys. The masked ones skip the key blocks their masks remove, so their time
+// d_k 64: unmasked, causal, a causal window of 256 keys, ALiBi then causal, key padding to
+// half the keys, a causal boolean mask tensor (FlexAttention's mask_mod), a relative position
+// bias read through a Gather's indices, and ALiBi as a Mul bias with the causal mask tensor
+// (flex/alibi). The masked ones skip the key blocks their masks remove, so their time
 // against the unmasked kernel's is the fraction of the scores they compute. GFLOP/s counts
 // the unmasked product's 4·n²·d_k a head for every mask (an effective rate). Arguments: n,
 // then threads.
@@ -19,7 +21,7 @@ namespace {
 
 constexpr std::size_t heads = 12, dk = 64;
 
-enum class Chain { none, causal, window, alibi, padding };
+enum class Chain { none, causal, window, alibi, padding, mask_tensor, gathered, product };
 
 void fused(benchmark::State& state, Chain chain) {
     const std::size_t n = static_cast<std::size_t>(state.range(0));
@@ -30,6 +32,17 @@ void fused(benchmark::State& state, Chain chain) {
     Array<float> slopes = Array<float>::from_shape({heads});
     for (std::size_t h = 0; h < heads; ++h) slopes(h) = std::pow(2.0f, -8.0f * static_cast<float>(h + 1) / heads);
     Array<float> o = Array<float>::from_shape(qkv);
+    // the mask tensor (causal), the Gather's table (heads, 2n - 1) and indices i - j + n - 1,
+    // the Mul's (n, n) factor j - i
+    Array<float> keep = Array<float>::from_shape({n, n}), index = Array<float>::from_shape({n, n});
+    Array<float> rel = Array<float>::from_shape({n, n});
+    for (std::size_t i = 0; i < n; ++i)
+        for (std::size_t j = 0; j < n; ++j) {
+            keep(i, j) = j <= i;
+            index(i, j) = static_cast<float>(i + n - 1 - j);
+            rel(i, j) = static_cast<float>(j) - static_cast<float>(i);
+        }
+    const Array<float> table = graphs::random_tensor({heads, 2 * n - 1}, DType::f32, 4).as<float>();
 
     AttentionSpec spec;
     spec.batch = {heads};
@@ -61,15 +74,36 @@ void fused(benchmark::State& state, Chain chain) {
         mask.pattern = ScoreStage::Pattern::padding;
         mask.lengths.assign(heads, static_cast<int>(n / 2));
     }
-    if (chain != Chain::none) spec.stages.push_back(mask);
+    if (chain == Chain::gathered || chain == Chain::product) {
+        ScoreStage bias;
+        bias.kind = ScoreStage::Kind::add;
+        bias.shape = scores;
+        if (chain == Chain::gathered) {
+            bias.operand = 5, bias.index = 6;
+            bias.operand_shape = scores;
+            bias.table_len = 2 * n - 1, bias.index_count = n * n;
+        } else {  // slope[h]·(j - i): the slopes as (heads, 1, 1)
+            bias.operand = 3, bias.multiplier = 7;
+            bias.operand_shape = {heads, 1, 1};
+            bias.multiplier_shape = {n, n};
+        }
+        spec.stages.push_back(bias);
+    }
+    if (chain == Chain::mask_tensor || chain == Chain::product) {
+        mask.mask_tensor = ScoreStage::MaskTensor::boolean;
+        mask.operand = 4;
+        mask.operand_shape = {n, n};
+        mask.tensor_span = true;
+    }
+    if (chain != Chain::none && chain != Chain::gathered) spec.stages.push_back(mask);
     spec.finish();
 
-    const Array<float>* in[] = {&q, &k, &v, &slopes};
+    const Array<float>* in[] = {&q, &k, &v, &slopes, &keep, &table, &index, &rel};
     Array<float>* out[] = {&o};
     tbb::task_arena arena(static_cast<int>(state.range(1)));
     arena.execute([&] {
         for (auto _ : state) {
-            fused_attention_forward<float>(spec, In<float>(in, 4), Out<float>(out, 1));
+            fused_attention_forward<float>(spec, In<float>(in, 8), Out<float>(out, 1));
             benchmark::DoNotOptimize(o.data());
         }
     });
@@ -95,6 +129,16 @@ static void BM_FusedAttentionPaddedHalf(benchmark::State& state) {
     fused(state, Chain::padding);
 }
 
+static void BM_FusedAttentionMaskTensorCausal(benchmark::State& state) {
+    fused(state, Chain::mask_tensor);
+}
+static void BM_FusedAttentionGatheredBias(benchmark::State& state) {
+    fused(state, Chain::gathered);
+}
+static void BM_FusedAttentionProductBiasCausal(benchmark::State& state) {
+    fused(state, Chain::product);
+}
+
 static void sizes(benchmark::internal::Benchmark* b) {
     for (int threads : {1, 2})
         for (int n : {1024, 4096}) b->Args({n, threads});
@@ -106,3 +150,6 @@ BENCHMARK(BM_FusedAttentionCausal)->Apply(sizes);
 BENCHMARK(BM_FusedAttentionWindow256)->Apply(sizes);
 BENCHMARK(BM_FusedAttentionAlibiCausal)->Apply(sizes);
 BENCHMARK(BM_FusedAttentionPaddedHalf)->Apply(sizes);
+BENCHMARK(BM_FusedAttentionMaskTensorCausal)->Apply(sizes);
+BENCHMARK(BM_FusedAttentionGatheredBias)->Apply(sizes);
+BENCHMARK(BM_FusedAttentionProductBiasCausal)->Apply(sizes);

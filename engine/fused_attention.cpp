@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <mutex>
 
@@ -124,8 +125,17 @@ AttentionKernel<T>::AttentionKernel(const AttentionSpec& spec, In<T> in)
         }
         if (st.index >= 0) {  // the Gather's checks and errors, as its node would give them
             m_positions.resize(spec.stages.size());
+            const Array<T>& index = *in[static_cast<std::size_t>(st.index)];
+            std::vector<std::uint32_t>& pos = m_positions[s];
+            pos.resize(index.size());
             try {
-                m_positions[s] = ops::Gather::positions(*in[static_cast<std::size_t>(st.index)], st.table_len, -1);
+                try {
+                    parallel_chunks(pos.size(), grain_for(8), [&](std::size_t p0, std::size_t p1) {
+                        ops::Gather::positions(index, st.table_len, -1, p0, p1, pos.data());
+                    });
+                } catch (const ValueError&) {  // the first bad index's error, as the node names it
+                    ops::Gather::positions(index, st.table_len, -1, 0, pos.size(), pos.data());
+                }
             } catch (const ValueError& e) {
                 throw ValueError("node '" + st.gather_node + "' (Gather, fused into this attention step): " + e.what());
             }
@@ -347,9 +357,12 @@ void AttentionKernel<T>::stage(const ScoreStage& st, const Block& blk, T* s, std
                 break;
             case ScoreStage::Kind::add:  // ops/add.hpp
                 if (st.index >= 0) {  // bias = Gather(table, index) (ops/gather.hpp): a table row per row
-                    const std::size_t* pos = m_positions[si].data() + base % st.index_count;
+                    const std::uint32_t* pos = m_positions[si].data() + base % st.index_count;
                     const T* table = operand + base / st.index_count * st.table_len;
-                    for (std::size_t k = 0; k < count; ++k) x[k] = x[k] + table[pos[k * step]];
+                    if (step == 1)
+                        for (std::size_t k = 0; k < count; ++k) x[k] = x[k] + table[pos[k]];
+                    else
+                        for (std::size_t k = 0; k < count; ++k) x[k] = x[k] + table[pos[k * step]];
                     break;
                 }
                 if (st.multiplier >= 0) {  // bias = Mul(operand, multiplier) (ops/mul.hpp)

@@ -41,6 +41,7 @@
 // NaN lambda every key is computed, as the plain nodes compute it) and O's rows = A_diff·V by
 // one GEMM over those keys.
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -228,7 +229,7 @@ private:
     std::vector<std::vector<Span>> m_tensor_spans;
     // per stage with a gathered bias: its indices as positions (ops::Gather::positions); empty
     // for the other stages
-    std::vector<std::vector<std::size_t>> m_positions;
+    std::vector<std::vector<std::uint32_t>> m_positions;
     const T* m_sink_bias = nullptr;  // the sink logits (spec.sink's operand)
     const T* m_lambda = nullptr;     // diff: lambda (spec.diff's operand)
     bool m_lambda_finite = true;     // diff: no lambda is inf or NaN

@@ -1,6 +1,7 @@
 #include "engine/optimize.hpp"
 
 #include <algorithm>
+#include <cstdint>
 
 #include "engine/gemm.hpp"
 #include "engine/parallel.hpp"
@@ -182,7 +183,7 @@ int gathered_bias(const Matcher& m, int id, const std::vector<bool>& folded) {
     const Node& gn = m.node(gather);
     const Shape &data = m.shape(gn.inputs[0]), &index = m.shape(gn.inputs[1]);
     const int axis = gn.attrs_if<ops::Gather>()->axis;
-    if (data.empty() || index.empty() || element_count(index) == 0) return -1;
+    if (data.empty() || index.empty() || element_count(index) == 0 || data.back() > UINT32_MAX) return -1;
     if (axis != -1 && axis != static_cast<int>(data.size()) - 1) return -1;
     return gather;
 }

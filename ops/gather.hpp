@@ -38,12 +38,12 @@ struct Gather {
         return "gather(" + v[0] + ", " + v[1] + ", axis=" + std::to_string(a.axis) + ")";
     }
 
-    /// The indices as positions in [0, len); throws ValueError on the first bad one.
-    template <class T>
-    static std::vector<std::size_t> positions(const Array<T>& indices, std::size_t len, int axis) {
-        std::vector<std::size_t> pos(indices.size());
+    /// Indices [p0, p1) as positions in [0, len) into pos[p0 .. p1); throws ValueError on the
+    /// first bad one.
+    template <class T, class P>
+    static void positions(const Array<T>& indices, std::size_t len, int axis, std::size_t p0, std::size_t p1, P* pos) {
         const long n = static_cast<long>(len);
-        for (std::size_t p = 0; p < indices.size(); ++p) {
+        for (std::size_t p = p0; p < p1; ++p) {
             const T v = indices.data()[p];
             const bool whole = std::isfinite(v) && std::trunc(v) == v;
             const long i = whole && std::abs(v) < T(1e15) ? static_cast<long>(v) : 0;
@@ -56,8 +56,15 @@ struct Gather {
                                  " of size " + std::to_string(len) + " (allowed: " + std::to_string(-n) + " to " +
                                  std::to_string(n - 1) + ")");
             }
-            pos[p] = static_cast<std::size_t>(i < 0 ? i + n : i);
+            pos[p] = static_cast<P>(i < 0 ? i + n : i);
         }
+    }
+
+    /// The indices as positions in [0, len); throws ValueError on the first bad one.
+    template <class T>
+    static std::vector<std::size_t> positions(const Array<T>& indices, std::size_t len, int axis) {
+        std::vector<std::size_t> pos(indices.size());
+        positions(indices, len, axis, 0, pos.size(), pos.data());
         return pos;
     }
 

@@ -1,7 +1,8 @@
 #!/bin/bash
-# Issue 14, target 1: the masked variants on the fused attention path against mha-batched,
-# round after round (each round runs every command once, so that a change of the machine's
-# load hits both sides of a ratio). d_model 768, 12 heads, 2 threads (all cores), f32.
+# Issue 14, target 1: every variant of `attngraph new --list` on the fused attention path
+# against mha-batched, round after round (each round runs every command once, so that a
+# change of the machine's load hits both sides of a ratio). d_model 768, 12 heads,
+# 2 threads (all cores), f32.
 #   scripts/bench-fused.sh [rounds]      (default 3; the figures are in docs/performance.md)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,4 +25,18 @@ for round in $(seq 1 "${1:-3}"); do
     run --variant decode --past 0 --seq 2048 --reps 3
     run --variant sliding-window --window 256 --seq 2048 --reps 3
     run --variant diff --seq 2048 --reps 3
+    run --variant sinks --seq 2048 --reps 3
+    run --variant softcap --seq 2048 --reps 3
+    run --variant llama --groups 4 --seq 2048 --reps 3
+    run --variant mha --seq 2048 --reps 3
+    run --variant prefix-lm --prefix-length 256 --seq 2048 --reps 3
+    run --variant document --documents 512,1024,512 --seq 2048 --reps 3
+    # FlexAttention's examples: Q, K and V are inputs (no projections)
+    run --variant flex/causal --seq 2048 --reps 3
+    run --variant flex/sliding-window --window 256 --seq 2048 --reps 3
+    run --variant flex/prefix-lm --prefix-length 256 --seq 2048 --reps 3
+    run --variant flex/document --documents 512,1024,512 --seq 2048 --reps 3
+    run --variant flex/alibi --seq 2048 --reps 3
+    run --variant flex/softcap --seq 2048 --reps 3
+    run --variant flex/relative-position --seq 2048 --reps 3
 done
