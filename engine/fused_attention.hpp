@@ -6,7 +6,8 @@
 // by blocks of gemm_row_block query rows, where `chain` is what a graph puts between the
 // scores and the softmax, node by node (the score chain): Scale, Tanh (softcapping:
 // S_div → S_tanh → S_capped), Alibi, Mask (a pattern and/or a mask tensor) and Add (a bias
-// tensor), with Reshapes that keep the last two axes anywhere between (GQA's (B, G, r, n, m)
+// tensor; or, when nothing else reads the bias, the Gather along a table's last axis or the
+// Mul that makes it, read through their operands), with Reshapes that keep the last two axes anywhere between (GQA's (B, G, r, n, m)
 // scores viewed as (B, H, n, m)). A block computes its scores, runs them through the chain,
 // the softmax and the product with V while they are in cache; the n×m matrices are never
 // held unless traced.
@@ -23,10 +24,12 @@
 // masked row gives zeros, as the Softmax op does), and softmax_spans gives the bits
 // softmax_rows gives on the whole row (engine/softmax_kernel.hpp). A pattern Mask is only
 // taken as a span when every node after it maps -inf to -inf (not Tanh, not a Scale by a
-// factor <= 0); else the chain does not fuse.
+// factor <= 0); else the chain does not fuse. A mask tensor's span is taken on the same
+// condition; else the tensor is applied over every key.
 //
 // Every node of the chain does its op's arithmetic in its op's order (Scale f·x, Alibi
-// x - slope·|i + offset - j|, Mask x (+ mask) or -inf, Add x + b, Tanh through the op's xsimd
+// x - slope·|i + offset - j|, Mask x (+ mask) or -inf, Add x + b with b = table[index] or
+// Mul(a, c) when folded, Tanh through the op's xsimd
 // batch), so a fused run gives the plain run's scores and weights; the GEMMs are the engine's
 // (a transposed operand may round differently in OpenBLAS in the last bit). A traced value of
 // the chain is written block by block under its own name, full rows: -inf where an earlier
