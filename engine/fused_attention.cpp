@@ -159,11 +159,10 @@ std::size_t AttentionKernel<T>::scratch_size() const {
 template <class T>
 std::vector<typename AttentionKernel<T>::Span> AttentionKernel<T>::tensor_spans(const ScoreStage& st,
                                                                                 const T* mask) const {
-    const std::size_t width = st.operand_shape.empty() ? 1 : st.operand_shape.back();
-    const std::size_t rows = element_count(st.operand_shape) / std::max<std::size_t>(width, 1);
+    const std::size_t width = st.mask_width(), rows = element_count(st.operand_shape) / width;
     const std::size_t m = m_spec.m;
     std::vector<Span> spans(rows);
-    parallel_chunks(rows, grain_for(std::max<std::size_t>(width, 1)), [&](std::size_t r0, std::size_t r1) {
+    parallel_chunks(rows, grain_for(width), [&](std::size_t r0, std::size_t r1) {
         for (std::size_t r = r0; r < r1; ++r) {
             const T* x = mask + r * width;
             if (width == 1) {
@@ -184,13 +183,14 @@ std::vector<typename AttentionKernel<T>::Span> AttentionKernel<T>::tensor_spans(
 template <class T>
 typename AttentionKernel<T>::Span AttentionKernel<T>::span(std::size_t level, std::size_t b, std::size_t row) const {
     const long m = static_cast<long>(m_spec.m), n = static_cast<long>(m_spec.n);
+    if (m == 0) return {0, 0};  // no keys (and a mask tensor of no rows)
     long lo = 0, hi = m;
     for (std::size_t s = 0; s < level; ++s) {
         const ScoreStage& st = m_spec.stages[s];
         if (st.kind != ScoreStage::Kind::mask) continue;
         if (st.tensor_span) {  // the mask tensor's row this query row reads
             const std::vector<std::size_t>& strides = m_spec.operand_strides[s];
-            const std::size_t width = st.operand_shape.empty() ? 1 : st.operand_shape.back();
+            const std::size_t width = st.mask_width();
             const std::size_t at = ops::broadcast_offset((b * m_spec.n + row) * m_spec.m, st.shape, strides);
             const Span t = m_tensor_spans[s][width > 1 ? at / width : at];
             lo = std::max(lo, static_cast<long>(t.lo));

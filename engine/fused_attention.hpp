@@ -7,8 +7,8 @@
 // scores and the softmax, node by node (the score chain): Scale, Tanh (softcapping:
 // S_div → S_tanh → S_capped), Alibi, Mask (a pattern and/or a mask tensor) and Add (a bias
 // tensor; or, when nothing else reads the bias, the Gather along a table's last axis or the
-// Mul that makes it, read through their operands), with Reshapes that keep the last two axes anywhere between (GQA's (B, G, r, n, m)
-// scores viewed as (B, H, n, m)). A block computes its scores, runs them through the chain,
+// Mul that makes it, read through their operands), with Reshapes that keep the last two
+// axes anywhere between (GQA's (B, G, r, n, m) scores viewed as (B, H, n, m)). A block computes its scores, runs them through the chain,
 // the softmax and the product with V while they are in cache; the n×m matrices are never
 // held unless traced.
 //
@@ -43,6 +43,7 @@
 // (a key outside both spans has A_diff = 0 - 0·lambda = 0 for a finite lambda; with an inf or
 // NaN lambda every key is computed, as the plain nodes compute it) and O's rows = A_diff·V by
 // one GEMM over those keys.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -77,6 +78,7 @@ struct ScoreStage {
     /// does (set when every node after the Mask keeps -inf at -inf, as for a pattern)
     bool tensor_span = false;
     int operand = -1;                             ///< step input: alibi slopes, mask tensor, add bias; -1 none
+    Shape operand_shape;                          ///< its shape, the bias's with `index` (broadcast to `shape`)
     /// add: the bias is Gather(operand, index) along the operand's last axis (T5's relative
     /// position bias: a table per head read at q - k), read through the index in the step
     /// instead of materialised as (h, n, m). -1: the operand is the bias itself.
@@ -88,9 +90,11 @@ struct ScoreStage {
     /// each element by the Mul's arithmetic in the step instead of materialised. -1: no product.
     int multiplier = -1;                          ///< step input: the Mul's second operand
     Shape multiplier_shape;                       ///< its shape (broadcast to `shape`)
-    Shape operand_shape;                          ///< its shape, the bias's with `index` (broadcast to `shape`)
     Shape shape;                                  ///< this node's output: (..., n, m)
     std::vector<int> outputs;                     ///< step outputs holding this value (it, and Reshapes of it)
+
+    /// The length of a row of the mask tensor (1: broadcast along the keys).
+    std::size_t mask_width() const { return operand_shape.empty() ? 1 : std::max<std::size_t>(operand_shape.back(), 1); }
 
     /// Whether the stage computes anything per element (a Mask without a tensor does not: it
     /// only narrows the span).

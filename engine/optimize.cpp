@@ -188,6 +188,12 @@ int gathered_bias(const Matcher& m, int id, const std::vector<bool>& folded) {
     return gather;
 }
 
+// The Mul node making an Add's bias `id` when the step can form each product itself
+// (ScoreStage::multiplier): the bias read only by the Add and not kept; else -1.
+int product_bias(const Matcher& m, int id, const std::vector<bool>& folded) {
+    return id < 0 ? -1 : m.foldable<ops::Mul>(id, folded);
+}
+
 // Whether Slice `node` takes [begin, end) of its input's last axis.
 bool slices_last_axis(const Matcher& m, int node, long begin, long end) {
     const Shape& x = m.shape(m.node(node).inputs[0]);
@@ -396,12 +402,13 @@ bool match_attention(const Matcher& m, int o_node, std::vector<bool>& folded, St
         if (!per_row(sinks.s_sinks, keys + 1) || !per_row(sinks.a_sinks, keys + 1)) return false;
     }
     // a Mask pattern is a span of keys when every node after it keeps -inf at -inf
+    auto keeps_inf_at_inf = [](const ScoreStage& st) {
+        return st.kind != ScoreStage::Kind::tanh && !(st.kind == ScoreStage::Kind::scale && !(st.factor > 0));
+    };
     bool masked = false;
     for (const Link& l : chain) {
         if (!one_per_query_matrix(l.ids)) return false;
-        if (masked && (l.stage.kind == ScoreStage::Kind::tanh ||
-                       (l.stage.kind == ScoreStage::Kind::scale && !(l.stage.factor > 0))))
-            return false;
+        if (masked && !keeps_inf_at_inf(l.stage)) return false;
         masked = masked || (l.stage.kind == ScoreStage::Kind::mask && l.stage.pattern != ScoreStage::Pattern::none);
     }
     // so is a boolean mask tensor, when every node after it does (else its mask is applied
@@ -411,8 +418,7 @@ bool match_attention(const Matcher& m, int o_node, std::vector<bool>& folded, St
         ScoreStage& st = l->stage;
         if (st.kind == ScoreStage::Kind::mask && st.mask_tensor == ScoreStage::MaskTensor::boolean)
             st.tensor_span = keeps_inf;
-        if (st.kind == ScoreStage::Kind::tanh || (st.kind == ScoreStage::Kind::scale && !(st.factor > 0)))
-            keeps_inf = false;
+        keeps_inf = keeps_inf && keeps_inf_at_inf(st);
     }
 
     auto spec = std::make_shared<AttentionSpec>();
@@ -444,9 +450,7 @@ bool match_attention(const Matcher& m, int o_node, std::vector<bool>& folded, St
             l.stage.gather_node = gn.name;
             step.inputs.insert(step.inputs.end(), {gn.inputs[0], gn.inputs[1]});
             nodes.push_back(gather);
-        } else if (const int mul = l.stage.kind == ScoreStage::Kind::add && l.operand >= 0
-                                       ? m.foldable<ops::Mul>(l.operand, folded)
-                                       : -1;
+        } else if (const int mul = l.stage.kind == ScoreStage::Kind::add ? product_bias(m, l.operand, folded) : -1;
                    mul >= 0) {  // the step reads the product's operands instead of the bias
             const Node& mn = m.node(mul);
             l.stage.operand = static_cast<int>(step.inputs.size());
