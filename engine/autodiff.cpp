@@ -33,7 +33,9 @@ namespace {
 
 template <class T>
 Array<T> zeros_like_shape(const Shape& s) {
-    return Array<T>(typename Array<T>::shape_type(s.begin(), s.end()), T(0));
+    Array<T> a = uninitialized<T>(s);
+    std::fill(a.begin(), a.end(), T(0));
+    return a;
 }
 
 // A fused attention step of the forward plan (engine/optimize.hpp), O = softmax(c·Q·Kᵀ)·V,
@@ -517,7 +519,7 @@ private:
         for (std::size_t j = 0; j < grp.members.size(); ++j) offset[j + 1] = offset[j] + weight(j).shape()[1];
         const std::size_t width = offset.back(), rows = k ? x.size() / k : 0;
         if (dx && rows && k) {
-            Array<T> dy_all = Array<T>::from_shape({rows, width}), w_all = Array<T>::from_shape({k, width});
+            Array<T> dy_all = uninitialized<T>({rows, width}), w_all = uninitialized<T>({k, width});
             parallel_chunks(rows, grain_for(width), [&](std::size_t r0, std::size_t r1) {
                 for (std::size_t j = 0; j < grp.members.size(); ++j) {
                     const auto y = static_cast<std::size_t>(nodes[grp.members[j]].outputs[0]);

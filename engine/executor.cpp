@@ -229,7 +229,7 @@ struct TypedArena : RunArena {
         : owned(g.values().size()), ptr(g.values().size(), nullptr) {
         for (int id : values) {
             const auto u = static_cast<std::size_t>(id);
-            owned[u] = Array<T>::from_shape(g.values()[u].shape);
+            owned[u] = uninitialized<T>(g.values()[u].shape);
             ptr[u] = &owned[u];
         }
     }
@@ -405,7 +405,7 @@ private:
         for (std::size_t k = 0; k < out.size(); ++k) {
             const auto u = static_cast<std::size_t>(step.outputs[k]);
             Array<T>& a = m_owned[u];
-            if (!m_pooled || !m_plan.in_arena[u]) a = Array<T>::from_shape(m_graph.values()[u].shape);
+            if (!m_pooled || !m_plan.in_arena[u]) a = uninitialized<T>(m_graph.values()[u].shape);
             out[k] = &a;
         }
         const In<T> ins(in.data(), in.size());

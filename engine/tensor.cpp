@@ -3,6 +3,10 @@
 #include <cstdint>
 #include <cstring>
 
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
+
 #include "engine/error.hpp"
 
 namespace attngraph {
@@ -75,6 +79,20 @@ bool Tensor::operator==(const Tensor& other) const {
         const auto& b = other.as<T>();
         return std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
     });
+}
+
+void advise_huge_pages(void* data, std::size_t bytes) {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    if (bytes < huge_page_min_bytes) return;
+    constexpr std::uintptr_t huge = std::uintptr_t{2} << 20;
+    const auto begin = (reinterpret_cast<std::uintptr_t>(data) + huge - 1) & ~(huge - 1);
+    const auto end = (reinterpret_cast<std::uintptr_t>(data) + bytes) & ~(huge - 1);
+    // advice only: where THP is off or the range cannot take it, the pages stay 4 KiB
+    if (end > begin) (void)madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
+#else
+    (void)data;
+    (void)bytes;
+#endif
 }
 
 Tensor zeros(DType dtype, const Shape& shape) {

@@ -67,4 +67,23 @@ private:
 /// A zero-filled tensor of the given dtype and shape.
 Tensor zeros(DType dtype, const Shape& shape);
 
+/// Buffers of at least this many bytes are backed by transparent huge pages where the
+/// system allows it (Linux, THP "madvise" or "always"): see advise_huge_pages.
+constexpr std::size_t huge_page_min_bytes = std::size_t{4} << 20;
+
+/// Asks the kernel to back the 2 MiB-aligned part of [data, data + bytes) with transparent
+/// huge pages (madvise MADV_HUGEPAGE) when bytes >= huge_page_min_bytes; a no-op elsewhere.
+/// A large run value is written once per run into memory fresh from mmap: with 4 KiB pages
+/// its first touch is one page fault per 4 KiB, and a GEMM writing it row block by row
+/// block misses the TLB on every row. Nothing about the values changes.
+void advise_huge_pages(void* data, std::size_t bytes);
+
+/// An uninitialised array of `shape` (Array<T>::from_shape), its buffer advised as above.
+template <class T>
+Array<T> uninitialized(const Shape& shape) {
+    Array<T> a = Array<T>::from_shape(shape);
+    advise_huge_pages(a.data(), a.size() * sizeof(T));
+    return a;
+}
+
 }  // namespace attngraph

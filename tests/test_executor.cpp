@@ -3,6 +3,9 @@
 // globs, released intermediates, keep_all), check_finite, errors from inside an op.
 #include <atomic>
 #include <cmath>
+#include <cstdint>
+#include <fstream>
+#include <sstream>
 #include <limits>
 #include <map>
 
@@ -236,6 +239,52 @@ BOOST_AUTO_TEST_CASE(keep_all_keeps_every_value) {
     BOOST_TEST(r.values.size() == g.values().size());
     for (std::size_t id = 0; id < g.values().size(); ++id) BOOST_TEST(r.values[id] != nullptr);
     BOOST_TEST(g.values().size() == 33u);
+}
+
+// The VmFlags of the mapping of /proc/self/smaps that holds `address` ("" when none does).
+std::string vm_flags_at(const void* address) {
+    std::ifstream smaps("/proc/self/smaps");
+    const auto a = reinterpret_cast<std::uintptr_t>(address);
+    std::string line;
+    bool inside = false;
+    while (std::getline(smaps, line)) {
+        unsigned long long lo = 0, hi = 0;
+        char dash = 0;
+        std::istringstream head(line);
+        if (head >> std::hex >> lo >> dash >> hi && dash == '-' && line.find(':') > line.find(' ')) {
+            inside = lo <= a && a < hi;
+        } else if (inside && line.rfind("VmFlags:", 0) == 0) {
+            return line;
+        }
+    }
+    return "";
+}
+
+BOOST_AUTO_TEST_CASE(a_large_run_value_is_advised_for_huge_pages) {
+    // 1024 x 1024 f32 = 4 MiB = huge_page_min_bytes: the run's output buffer is advised
+    // (MADV_HUGEPAGE, "hg" in its mapping's VmFlags), and holds x·2 as a small one would
+    static_assert(huge_page_min_bytes == std::size_t{4} << 20);
+    Array<float> xs = Array<float>::from_shape({1024, 1024});
+    for (std::size_t i = 0; i < xs.size(); ++i) xs.data()[i] = static_cast<float>(i % 1000) * 0.25f;
+    GraphBuilder gb("huge", DType::f32);
+    Value x = gb.input("X", Tensor(xs));
+    Value a = scale(x, 2).named("a");
+    gb.output(a);
+    const Graph g = gb.build();
+    RunOptions o;
+    o.threads = 2;
+    const RunResult r = run(g, o);
+    const Array<float>& out = r.at(g, "a").as<float>();
+    for (std::size_t i = 0; i < out.size(); i += 4099) BOOST_TEST(out.data()[i] == xs.data()[i] * 2.0f);
+    // the 2 MiB-aligned middle of the buffer (the advice covers the aligned part only)
+    const auto mid = (reinterpret_cast<std::uintptr_t>(out.data()) + (std::uintptr_t{2} << 20)) &
+                     ~((std::uintptr_t{2} << 20) - 1);
+    const std::string flags = vm_flags_at(reinterpret_cast<const void*>(mid));
+    BOOST_TEST_INFO("VmFlags of the output's mapping: " << flags);
+    if (std::ifstream("/sys/kernel/mm/transparent_hugepage/enabled"))
+        BOOST_TEST(flags.find(" hg") != std::string::npos);
+    else  // a kernel without transparent huge pages takes no such advice
+        BOOST_TEST(flags.find(" hg") == std::string::npos);
 }
 
 BOOST_AUTO_TEST_CASE(explicit_outputs_and_tensor_outputs_are_kept) {
