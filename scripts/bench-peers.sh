@@ -3,12 +3,14 @@
 # shapes in one run, and each shape's times and ratios.
 #
 # usage: scripts/bench-peers.sh [--seqs "128 1024 4096"] [--d-model 768] [--heads 12]
-#                               [--threads 2] [--reps 5] [--rounds 3] [--build build/release]
+#                               [--threads 2] [--reps R] [--rounds 3] [--build build/release]
 #
 # Batch 1, float32. attngraph runs `attngraph bench` (per-head graph, fused plan); ONNX
 # Runtime (npm onnxruntime-node, graph optimisation `all`) and PyTorch (Debian's
 # python3-torch) run torch.nn.MultiheadAttention, for ONNX Runtime exported by
-# torch.onnx.export (opset 17, static shapes). Each round runs the three one after another,
+# torch.onnx.export (opset 17, static shapes). Each of the three times R runs after a warm-up
+# (R by default 50 at n <= 256, 20 at n <= 1024, 5 above: a few-millisecond run's median over
+# 5 swings with the machine's phases). Each round runs the three one after another,
 # shape by shape; a figure is the median over rounds of each run's median. OPENBLAS_CORETYPE
 # and OPENBLAS_L2_SIZE are unset for every command, as users run them.
 # onnxruntime-node comes from tests/node/node_modules (where scripts/install-deps.sh puts it
@@ -17,7 +19,7 @@
 # library ships in the package).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
-seqs="128 1024 4096" d_model=768 heads=12 threads=2 reps=5 rounds=3 build="$root/build/release"
+seqs="128 1024 4096" d_model=768 heads=12 threads=2 reps="" rounds=3 build="$root/build/release"
 while (($#)); do
   case "$1" in
     --seqs) seqs="$2"; shift 2 ;;
@@ -56,9 +58,10 @@ median_ms() { "$python" -c 'import json,sys; print(json.loads(sys.stdin.readline
 clean() { env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE "$@"; }
 for ((r = 1; r <= rounds; ++r)); do
   for n in $seqs; do
-    a=$(clean "$attngraph" bench --seq "$n" --d-model "$d_model" --heads "$heads" --threads "$threads" --reps "$reps" | median_ms)
-    o=$(clean env NODE_PATH="$node_path" node "$root/bench/peers/ort_mha.js" "$work/mha_$n.onnx" "$n" "$d_model" "$threads" "$reps" | median_ms)
-    t=$(clean "$python" "$root/bench/torch_mha.py" --seq "$n" --d-model "$d_model" --heads "$heads" --threads "$threads" --reps "$reps" | median_ms)
+    if [ -n "$reps" ]; then r_n=$reps; elif ((n <= 256)); then r_n=50; elif ((n <= 1024)); then r_n=20; else r_n=5; fi
+    a=$(clean "$attngraph" bench --seq "$n" --d-model "$d_model" --heads "$heads" --threads "$threads" --reps "$r_n" | median_ms)
+    o=$(clean env NODE_PATH="$node_path" node "$root/bench/peers/ort_mha.js" "$work/mha_$n.onnx" "$n" "$d_model" "$threads" "$r_n" | median_ms)
+    t=$(clean "$python" "$root/bench/torch_mha.py" --seq "$n" --d-model "$d_model" --heads "$heads" --threads "$threads" --reps "$r_n" | median_ms)
     echo "$n $a $o $t" >>"$work/rounds"
   done
 done
