@@ -71,7 +71,7 @@ struct OpPack {
     template <class Op>
     static constexpr std::size_t index_of = [] {
         std::size_t i = 0;
-        ((std::is_same_v<Op, Ops> ? false : (++i, true)) && ...);
+        (void)((std::is_same_v<Op, Ops> ? false : (++i, true)) && ...);  // stops at Op
         return i;
     }();
     /// How many ops have Attrs type A.
