@@ -95,17 +95,21 @@ void backward_blocks(const AttentionOperands<T>& op, const T* a_kept, const T* d
                 T* ds = ds_block.data();
                 gemm<T>(false, true, rows, m, dv, T(1), do_blk, dv, v, dv, T(0), ds, m);  // dA, then dS, dS_raw in place
                 if (g.da) add_into(g.da + at, ds, rows * m);
-                // A = softmax(S):  dS = A ⊙ (dA − rowsum(dA ⊙ A)), as the Softmax op's backward
+                // A = softmax(S):  dS = A ⊙ (dA − rowsum(dA ⊙ A)), as the Softmax op's backward;
+                // S = c · S_raw:  dS_raw = c · dS, as the Scale op's backward, in the same pass
+                // unless dS itself is asked for (the same roundings either way)
+                const bool scale_now = op.scaled && !g.ds;
                 for (std::size_t r = 0; r < rows; ++r) {
                     const T* ar = a + r * m;
                     T* dr = ds + r * m;
-                    T dot = 0;
-                    for (std::size_t j = 0; j < m; ++j) dot += ar[j] * dr[j];
-                    for (std::size_t j = 0; j < m; ++j) dr[j] = ar[j] * (dr[j] - dot);
+                    const T dot = softmax_backward_dot(ar, dr, m);
+                    if (scale_now)
+                        for (std::size_t j = 0; j < m; ++j) dr[j] = op.factor * (ar[j] * (dr[j] - dot));
+                    else
+                        for (std::size_t j = 0; j < m; ++j) dr[j] = ar[j] * (dr[j] - dot);
                 }
                 if (g.ds) add_into(g.ds + at, ds, rows * m);
-                // S = c · S_raw:  dS_raw = c · dS, as the Scale op's backward
-                if (op.scaled)
+                if (op.scaled && !scale_now)
                     for (std::size_t i = 0; i < rows * m; ++i) ds[i] = op.factor * ds[i];
                 if (g.ds_raw) add_into(g.ds_raw + at, ds, rows * m);
                 // S_raw = Q_blk·Kᵀ:  dQ_blk += dS_raw·K,  dK += dS_rawᵀ·Q_blk

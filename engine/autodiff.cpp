@@ -452,12 +452,13 @@ private:
         const AttentionKernel<T> kernel(*grp.spec, In<T>(step_in));
         op.weights = [&](std::size_t b, std::size_t r0, std::size_t rows, T* a) {
             const auto blk = kernel.block(b, r0 / gemm_row_block);
-            std::vector<T> scratch(kernel.scratch_size());
-            const auto w = kernel.weights(blk, scratch.data(), Out<T>{});
-            for (std::size_t r = 0; r < rows; ++r) {
+            const auto scratch = std::make_unique_for_overwrite<T[]>(kernel.scratch_size());
+            const auto w = kernel.weights(blk, scratch.get(), Out<T>{});
+            for (std::size_t r = 0; r < rows; ++r) {  // the block's key span, zeros around it
                 T* row = a + r * op.m;
-                std::fill(row, row + op.m, T(0));
+                std::fill(row, row + blk.lo, T(0));
                 std::copy_n(w.a + r * w.lda, blk.hi - blk.lo, row + blk.lo);
+                std::fill(row + blk.hi, row + op.m, T(0));
             }
         };
         const std::size_t s_raw_node = at(m_graph.value(grp.s_raw).producer);

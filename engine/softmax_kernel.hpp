@@ -28,6 +28,24 @@ void softmax_spans(const T* x, std::size_t ldx, T* y, std::size_t ldy, std::size
                    const std::size_t* lo, const std::size_t* hi, std::size_t len, T scale, bool scaled,
                    T* last = nullptr);
 
+/// @brief sum_i y[i]·dy[i]: the row sum of the softmax backward, dx = y ⊙ (dy − dot). In a fixed
+/// order, whatever the CPU: 16 interleaved partial sums (the compiler vectorises them for any
+/// instruction set), then added pairwise. A sum in order would chain every addition on the
+/// one before, 1024 of them in a row of 1024 keys. The Softmax op's backward on the last axis
+/// and the fused attention backward both call it, so they agree bit for bit.
+template <class T>
+T softmax_backward_dot(const T* y, const T* dy, std::size_t len) {
+    constexpr std::size_t lanes = 16;
+    T part[lanes] = {};
+    const std::size_t body = len - len % lanes;
+    for (std::size_t i = 0; i < body; i += lanes)
+        for (std::size_t k = 0; k < lanes; ++k) part[k] += y[i + k] * dy[i + k];
+    for (std::size_t i = body; i < len; ++i) part[i - body] += y[i] * dy[i];
+    for (std::size_t width = lanes / 2; width > 0; width /= 2)
+        for (std::size_t k = 0; k < width; ++k) part[k] += part[k + width];
+    return part[0];
+}
+
 namespace softmax_detail {
 // softmax_rows for one xsimd architecture; defined in softmax_kernel_impl.hpp and
 // instantiated by softmax_kernel_<arch>.cpp, each compiled for its instruction set.

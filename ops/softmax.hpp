@@ -96,8 +96,12 @@ struct Softmax {
         parallel_chunks(rows, grain_for(l.len * 4), [&](std::size_t r0, std::size_t r1) {
             for (std::size_t r = r0; r < r1; ++r) {
                 const std::size_t base = (r / l.inner) * l.len * l.inner + r % l.inner;
+                // the last axis: the fused attention backward's sum (engine/softmax_kernel.hpp)
                 T dot = 0;
-                for (std::size_t i = 0; i < l.len; ++i) dot += y[base + i * l.inner] * dy[base + i * l.inner];
+                if (l.inner == 1)
+                    dot = softmax_backward_dot(y + base, dy + base, l.len);
+                else
+                    for (std::size_t i = 0; i < l.len; ++i) dot += y[base + i * l.inner] * dy[base + i * l.inner];
                 for (std::size_t i = 0; i < l.len; ++i) {
                     const std::size_t at = base + i * l.inner;
                     dx[at] += y[at] * (dy[at] - dot);

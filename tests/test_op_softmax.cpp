@@ -109,6 +109,24 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(forward_random_against_loops, T, Types) {
     }
 }
 
+BOOST_AUTO_TEST_CASE_TEMPLATE(backward_row_sum_against_a_long_double_loop, T, Types) {
+    // the backward's rowsum(y ⊙ dy) in 16 partial sums: every length's body and tail
+    for (std::size_t len : {0u, 1u, 15u, 16u, 17u, 33u, 150u, 1000u}) {
+        const auto y = random_array<T>({len + 1}, 900 + len), dy = random_array<T>({len + 1}, 950 + len);
+        long double want = 0, scale = 0;
+        for (std::size_t i = 0; i < len; ++i) {
+            want += static_cast<long double>(y[i]) * static_cast<long double>(dy[i]);
+            scale += std::fabs(static_cast<long double>(y[i]) * static_cast<long double>(dy[i]));
+        }
+        const T got = softmax_backward_dot(y.data(), dy.data(), len);
+        BOOST_TEST_CONTEXT("len " << len) {
+            BOOST_TEST(std::fabs(static_cast<long double>(got) - want) <=
+                       (std::is_same_v<T, float> ? 1e-6L : 1e-15L) * (scale + 1e-30L));
+            if (len == 0) BOOST_TEST(got == T(0));
+        }
+    }
+}
+
 BOOST_AUTO_TEST_SUITE_END()
 
 BOOST_AUTO_TEST_SUITE_END()
