@@ -58,6 +58,10 @@ private:
     std::vector<T> m_parts;
 };
 
+// A step of the backward holds at most group_values values of A (and as many of dS), and
+// at most group_blocks of the forward's blocks. Larger steps pay at n = 4096 (measured).
+constexpr std::size_t group_values = std::size_t{1} << 19, group_blocks = 4;
+
 void add_into(float* to, const float* from, std::size_t count) {
     for (std::size_t i = 0; i < count; ++i) to[i] += from[i];
 }
@@ -66,29 +70,36 @@ void add_into(double* to, const double* from, std::size_t count) {
 }
 
 // in the forward pass this was, per query block: S_raw = Q_blk·Kᵀ, S = c · S_raw,
-// A = softmax(S), O_blk = A·V
+// A = softmax(S), O_blk = A·V; a step here takes up to group_blocks such blocks (the _blk
+// operands below are the step's rows)
 template <class T>
 void backward_blocks(const AttentionOperands<T>& op, const T* a_kept, const T* d_o, const AttentionGrads<T>& g) {
     const std::size_t n = op.n, m = op.m, dk = op.dk, dv = op.dv;
-    const std::size_t blocks = (n + gemm_row_block - 1) / gemm_row_block;
+    // query rows per step: whole forward blocks, as many as keep a step's A and dS within
+    // group_values each (at most group_blocks); dV and dK then sum over that many rows a GEMM
+    const std::size_t group =
+        gemm_row_block * std::clamp<std::size_t>(group_values / (gemm_row_block * m), 1, group_blocks);
+    const std::size_t steps = (n + group - 1) / group;
     SharedGrad<T> dk_of(g.dk, op.kb, op.k_batches, m * dk), dv_of(g.dv, op.vb, op.v_batches, m * dv);
     const bool need_ds = g.dq || g.dk || g.ds_raw || g.ds || g.da;
-    // a batch per task: its query blocks add into its dK and dV in block order
+    // a batch per task: its steps add into its dK and dV in step order
     parallel_chunks(op.batches, 1, [&](std::size_t b0, std::size_t b1) {
-        const std::size_t rows_max = std::min(n, gemm_row_block);
+        const std::size_t rows_max = std::min(n, group);
         std::vector<T> a_block(a_kept ? 0 : rows_max * m), ds_block(need_ds ? rows_max * m : 0);
         for (std::size_t b = b0; b < b1; ++b) {
             const T* k = op.k + op.kb[b] * m * dk;
             const T* v = op.v + op.vb[b] * m * dv;
             T* dk_b = dk_of.target(b);
             T* dv_b = dv_of.target(b);
-            for (std::size_t blk = 0; blk < blocks; ++blk) {
-                const std::size_t r0 = blk * gemm_row_block, rows = std::min(gemm_row_block, n - r0);
+            for (std::size_t step = 0; step < steps; ++step) {
+                const std::size_t r0 = step * group, rows = std::min(group, n - r0);
                 const std::size_t at = (b * n + r0) * m;
                 const T* q_blk = op.q + (b * n + r0) * dk;
                 const T* do_blk = d_o + (b * n + r0) * dv;
                 const T* a = a_kept ? a_kept + at : a_block.data();
-                if (!a_kept) op.weights(b, r0, rows, a_block.data());
+                if (!a_kept)  // the forward's blocks, one by one
+                    for (std::size_t f0 = 0; f0 < rows; f0 += gemm_row_block)
+                        op.weights(b, r0 + f0, std::min(gemm_row_block, rows - f0), a_block.data() + f0 * m);
                 // O_blk = A·V:  dV += Aᵀ·dO_blk (m, dv),  dA = dO_blk·Vᵀ (rows, m)
                 if (dv_b) gemm<T>(true, false, m, dv, rows, T(1), a, m, do_blk, dv, T(1), dv_b, dv);
                 if (!need_ds) continue;

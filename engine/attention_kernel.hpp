@@ -53,10 +53,12 @@ struct AttentionGrads {
     T* da = nullptr;
 };
 
-/// @brief The backward of O = softmax(c · Q·Kᵀ)·V, FlashAttention-2 style: per query block,
-/// A from `a` (the forward's kept weights) or, when `a` is null, recomputed with op.weights; then dV += Aᵀ·dO, dA = dO·Vᵀ, dS = A ⊙ (dA − rowsum(dA ⊙ A)),
-/// dS_raw = c · dS, dQ += dS_raw·K, dK += dS_rawᵀ·Q. The query blocks of a batch add into
-/// dK and dV in block order; a K or V shared by several query heads gets each head's sum in
+/// @brief The backward of O = softmax(c · Q·Kᵀ)·V, FlashAttention-2 style: per step of query
+/// rows (a few of the forward's blocks, as many as a fixed budget of n×m values allows), A from
+/// `a` (the forward's kept weights) or, when `a` is null, recomputed with op.weights block by
+/// block; then dV += Aᵀ·dO, dA = dO·Vᵀ, dS = A ⊙ (dA − rowsum(dA ⊙ A)),
+/// dS_raw = c · dS, dQ += dS_raw·K, dK += dS_rawᵀ·Q. The steps of a batch add into
+/// dK and dV in step order; a K or V shared by several query heads gets each head's sum in
 /// its own buffer, added in head order: bit-identical for any thread count.
 template <class T>
 void attention_backward(const AttentionOperands<T>& op, const T* a, const T* d_o, const AttentionGrads<T>& grads);
