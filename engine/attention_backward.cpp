@@ -77,8 +77,8 @@ void backward_blocks(const AttentionOperands<T>& op, const T* a_kept, const T* d
     const std::size_t n = op.n, m = op.m, dk = op.dk, dv = op.dv;
     // query rows per step: whole forward blocks, as many as keep a step's A and dS within
     // group_values each (at most group_blocks); dV and dK then sum over that many rows a GEMM
-    const std::size_t group =
-        gemm_row_block * std::clamp<std::size_t>(group_values / (gemm_row_block * m), 1, group_blocks);
+    const std::size_t fit = m ? group_values / (gemm_row_block * m) : group_blocks;  // no keys: any
+    const std::size_t group = gemm_row_block * std::clamp<std::size_t>(fit, 1, group_blocks);
     const std::size_t steps = (n + group - 1) / group;
     SharedGrad<T> dk_of(g.dk, op.kb, op.k_batches, m * dk), dv_of(g.dv, op.vb, op.v_batches, m * dv);
     const bool need_ds = g.dq || g.dk || g.ds_raw || g.ds || g.da;

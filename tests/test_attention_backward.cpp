@@ -250,6 +250,22 @@ BOOST_DATA_TEST_CASE(fused_backward_gradchecks_in_f64, bdata::xrange(cases.size(
     BOOST_TEST(r.max_rel_error <= 1e-6, r.report());
 }
 
+BOOST_AUTO_TEST_CASE(no_keys_give_zero_gradients) {
+    // m = 0: O is an empty sum, so dQ is 0, and dK, dV are empty (the step size must not
+    // divide by m)
+    const Case c{{1, 5, 4}, {1, 0, 4}, {1, 0, 4}, true};
+    const Graph g = attention_graph(c, DType::f32);
+    for (Mode mode : {Mode::untraced, Mode::traced})
+        for (int threads : {1, 2}) {
+            const Run r = run_backward(g, c, mode, threads);
+            const Tensor& dq = r.grads.at("Q");
+            BOOST_REQUIRE_EQUAL(dq.size(), 20u);
+            for (std::size_t i = 0; i < dq.size(); ++i) BOOST_TEST(dq.at_flat(i) == 0.0);
+            BOOST_TEST(r.grads.at("K").size() == 0u);
+            BOOST_TEST(r.grads.at("V").size() == 0u);
+        }
+}
+
 BOOST_AUTO_TEST_CASE(only_the_gradients_asked_for_are_computed) {
     // dV alone needs no dS; dQ alone no dV
     const Case c{{2, 140, 8}, {2, 140, 8}, {2, 140, 8}, true};
