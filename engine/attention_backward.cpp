@@ -58,9 +58,10 @@ private:
     std::vector<T> m_parts;
 };
 
-// A step of the backward holds at most group_values values of A (and as many of dS), and
-// at most group_blocks of the forward's blocks. Larger steps pay at n = 4096 (measured).
-constexpr std::size_t group_values = std::size_t{1} << 19, group_blocks = 4;
+// A step of the backward holds at most step_values values of A (and as many of dS), and
+// at most step_blocks of the forward's blocks. Larger steps were slower at n = 4096
+// (docs/performance.md, "Target 5 after the backward's steps").
+constexpr std::size_t step_values = std::size_t{1} << 19, step_blocks = 4;
 
 void add_into(float* to, const float* from, std::size_t count) {
     for (std::size_t i = 0; i < count; ++i) to[i] += from[i];
@@ -70,21 +71,21 @@ void add_into(double* to, const double* from, std::size_t count) {
 }
 
 // in the forward pass this was, per query block: S_raw = Q_blk·Kᵀ, S = c · S_raw,
-// A = softmax(S), O_blk = A·V; a step here takes up to group_blocks such blocks (the _blk
+// A = softmax(S), O_blk = A·V; a step here takes up to step_blocks such blocks (the _blk
 // operands below are the step's rows)
 template <class T>
 void backward_blocks(const AttentionOperands<T>& op, const T* a_kept, const T* d_o, const AttentionGrads<T>& g) {
     const std::size_t n = op.n, m = op.m, dk = op.dk, dv = op.dv;
     // query rows per step: whole forward blocks, as many as keep a step's A and dS within
-    // group_values each (at most group_blocks); dV and dK then sum over that many rows a GEMM
-    const std::size_t fit = m ? group_values / (gemm_row_block * m) : group_blocks;  // no keys: any
-    const std::size_t group = gemm_row_block * std::clamp<std::size_t>(fit, 1, group_blocks);
-    const std::size_t steps = (n + group - 1) / group;
+    // step_values each (at most step_blocks); dV and dK then sum over that many rows a GEMM
+    const std::size_t fit = m ? step_values / (gemm_row_block * m) : step_blocks;  // no keys: any
+    const std::size_t step_rows = gemm_row_block * std::clamp<std::size_t>(fit, 1, step_blocks);
+    const std::size_t steps = (n + step_rows - 1) / step_rows;
     SharedGrad<T> dk_of(g.dk, op.kb, op.k_batches, m * dk), dv_of(g.dv, op.vb, op.v_batches, m * dv);
     const bool need_ds = g.dq || g.dk || g.ds_raw || g.ds || g.da;
     // a batch per task: its steps add into its dK and dV in step order
     parallel_chunks(op.batches, 1, [&](std::size_t b0, std::size_t b1) {
-        const std::size_t rows_max = std::min(n, group);
+        const std::size_t rows_max = std::min(n, step_rows);
         std::vector<T> a_block(a_kept ? 0 : rows_max * m), ds_block(need_ds ? rows_max * m : 0);
         for (std::size_t b = b0; b < b1; ++b) {
             const T* k = op.k + op.kb[b] * m * dk;
@@ -92,7 +93,7 @@ void backward_blocks(const AttentionOperands<T>& op, const T* a_kept, const T* d
             T* dk_b = dk_of.target(b);
             T* dv_b = dv_of.target(b);
             for (std::size_t step = 0; step < steps; ++step) {
-                const std::size_t r0 = step * group, rows = std::min(group, n - r0);
+                const std::size_t r0 = step * step_rows, rows = std::min(step_rows, n - r0);
                 const std::size_t at = (b * n + r0) * m;
                 const T* q_blk = op.q + (b * n + r0) * dk;
                 const T* do_blk = d_o + (b * n + r0) * dv;
