@@ -33,6 +33,11 @@ void softmax_spans(const T* x, std::size_t ldx, T* y, std::size_t ldy, std::size
 /// instruction set), then added pairwise. A sum in order would chain every addition on the
 /// one before, 1024 of them in a row of 1024 keys. The Softmax op's backward on the last axis
 /// and the fused attention backward both call it, so they agree bit for bit.
+///
+/// A span of a masked row (y = 0 outside it, dy finite) gives the whole row's bits: terms
+/// y·dy = ±0 change no partial sum (each starts at +0 and cannot become -0), and starting
+/// the row at another column rotates the partial sums, which the pairwise tree (it pairs
+/// them by residue modulo 8, 4, 2, 1) adds in the same groups, only commuted.
 template <class T>
 T softmax_backward_dot(const T* y, const T* dy, std::size_t len) {
     constexpr std::size_t lanes = 16;

@@ -2,6 +2,7 @@
 // axis 0, large inputs that overflow without the max subtraction, a fully masked row), and
 // against a plain-loop reference on random shapes and every axis.
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include <boost/mpl/list.hpp>
@@ -123,6 +124,26 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(backward_row_sum_against_a_long_double_loop, T, Ty
             BOOST_TEST(std::fabs(static_cast<long double>(got) - want) <=
                        (std::is_same_v<T, float> ? 1e-6L : 1e-15L) * (scale + 1e-30L));
             if (len == 0) BOOST_TEST(got == T(0));
+        }
+    }
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(backward_row_sum_over_a_span_has_the_whole_rows_bits, T, Types) {
+    // a masked row: y = 0 outside [lo, lo + len); the sum over the span alone has the same
+    // bits as the whole row's, for every lo and len modulo 16 (and empty spans)
+    constexpr std::size_t m = 100;
+    const auto dy = random_array<T>({m}, 977);
+    for (std::size_t lo = 0; lo <= 40; ++lo) {
+        for (std::size_t len = 0; lo + len <= m; len += 1 + len / 8) {
+            std::vector<T> y(m, T(0));
+            const auto vals = random_array<T>({m}, 978 + lo);
+            std::copy_n(vals.begin() + static_cast<std::ptrdiff_t>(lo), len, y.begin() + static_cast<std::ptrdiff_t>(lo));
+            const T whole = softmax_backward_dot(y.data(), dy.data(), m);
+            const T span = softmax_backward_dot(y.data() + lo, dy.data() + lo, len);
+            BOOST_TEST_CONTEXT("lo " << lo << ", len " << len) {
+                BOOST_TEST(std::memcmp(&whole, &span, sizeof(T)) == 0);
+                if (len == 0) BOOST_TEST(span == T(0));
+            }
         }
     }
 }
