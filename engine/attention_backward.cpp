@@ -1,5 +1,6 @@
 // The fused attention step's backward (engine/attention_kernel.hpp): FlashAttention-2's
-// backward over the forward's own query blocks, so that the n×m weights need not be kept.
+// backward over the forward's own query blocks, so that the n×m weights need not be kept,
+// and over the keys the blocks' masks leave them only.
 #include <algorithm>
 
 #include "engine/attention_kernel.hpp"
@@ -70,9 +71,16 @@ void add_into(double* to, const double* from, std::size_t count) {
     for (std::size_t i = 0; i < count; ++i) to[i] += from[i];
 }
 
-// in the forward pass this was, per query block: S_raw = Q_blk·Kᵀ, S = c · S_raw,
+// `to` += `from` on the columns [lo, hi) of `rows` rows of m values (a traced gradient: the
+// keys outside stay as they are, 0 in a fresh gradient)
+template <class T>
+void add_span(T* to, const T* from, std::size_t rows, std::size_t m, std::size_t lo, std::size_t hi) {
+    for (std::size_t r = 0; r < rows; ++r) add_into(to + r * m + lo, from + r * m + lo, hi - lo);
+}
+
+// in the forward pass this was, per query block: S_raw = Q_blk·Kᵀ, S = chain(S_raw),
 // A = softmax(S), O_blk = A·V; a step here takes up to step_blocks such blocks (the _blk
-// operands below are the step's rows)
+// operands below are the step's rows) and the keys [lo, hi) its rows may weigh
 template <class T>
 void backward_blocks(const AttentionOperands<T>& op, const T* a_kept, const T* d_o, const AttentionGrads<T>& g) {
     const std::size_t n = op.n, m = op.m, dk = op.dk, dv = op.dv;
@@ -82,11 +90,17 @@ void backward_blocks(const AttentionOperands<T>& op, const T* a_kept, const T* d
     const std::size_t step_rows = gemm_row_block * std::clamp<std::size_t>(fit, 1, step_blocks);
     const std::size_t steps = (n + step_rows - 1) / step_rows;
     SharedGrad<T> dk_of(g.dk, op.kb, op.k_batches, m * dk), dv_of(g.dv, op.vb, op.v_batches, m * dv);
-    const bool need_ds = g.dq || g.dk || g.ds_raw || g.ds || g.da;
+    const bool chain_traced = std::any_of(g.chain.begin(), g.chain.end(), [](const T* p) { return p != nullptr; });
+    const bool need_ds = g.dq || g.dk || g.ds_raw || g.da || chain_traced;
+    // the chain's first Scale from the softmax's input back (the one next to it when the chain
+    // has no Mask after its Scale): applied in the softmax backward's pass
+    const auto first_scale =
+        std::find_if(op.chain.begin(), op.chain.end(), [](const ChainLink<T>& link) { return link.scales; });
     // a batch per task: its steps add into its dK and dV in step order
     parallel_chunks(op.batches, 1, [&](std::size_t b0, std::size_t b1) {
         const std::size_t rows_max = std::min(n, step_rows);
-        std::vector<T> a_block(a_kept ? 0 : rows_max * m), ds_block(need_ds ? rows_max * m : 0);
+        std::vector<T> a_block(a_kept ? 0 : rows_max * m), ds_block(need_ds ? rows_max * m : 0),
+            da_rows(g.da ? rows_max * m : 0);
         for (std::size_t b = b0; b < b1; ++b) {
             const T* k = op.k + op.kb[b] * m * dk;
             const T* v = op.v + op.vb[b] * m * dv;
@@ -97,36 +111,61 @@ void backward_blocks(const AttentionOperands<T>& op, const T* a_kept, const T* d
                 const std::size_t at = (b * n + r0) * m;
                 const T* q_blk = op.q + (b * n + r0) * dk;
                 const T* do_blk = d_o + (b * n + r0) * dv;
+                // the step's keys: A is 0 outside [lo, hi), so dV, dS, dQ and dK get nothing there
+                const auto [lo, hi] = op.keys(b, r0, rows);
+                const std::size_t width = hi - lo;
                 const T* a = a_kept ? a_kept + at : a_block.data();
-                if (!a_kept)  // the forward's blocks, one by one
+                if (!a_kept && width > 0)  // the forward's blocks, one by one
                     for (std::size_t f0 = 0; f0 < rows; f0 += gemm_row_block)
-                        op.weights(b, r0 + f0, std::min(gemm_row_block, rows - f0), a_block.data() + f0 * m);
+                        op.weights(b, r0 + f0, std::min(gemm_row_block, rows - f0), lo, hi, a_block.data() + f0 * m);
                 // O_blk = A·V:  dV += Aᵀ·dO_blk (m, dv),  dA = dO_blk·Vᵀ (rows, m)
-                if (dv_b) gemm<T>(true, false, m, dv, rows, T(1), a, m, do_blk, dv, T(1), dv_b, dv);
+                if (dv_b && width > 0)
+                    gemm<T>(true, false, width, dv, rows, T(1), a + lo, m, do_blk, dv, T(1), dv_b + lo * dv, dv);
                 if (!need_ds) continue;
-                T* ds = ds_block.data();
-                gemm<T>(false, true, rows, m, dv, T(1), do_blk, dv, v, dv, T(0), ds, m);  // dA, then dS, dS_raw in place
-                if (g.da) add_into(g.da + at, ds, rows * m);
-                // A = softmax(S):  dS = A ⊙ (dA − rowsum(dA ⊙ A)), as the Softmax op's backward;
-                // S = c · S_raw:  dS_raw = c · dS, as the Scale op's backward, in the same pass
-                // unless dS itself is asked for (the same roundings either way)
-                const bool scale_now = op.scaled && !g.ds;
-                for (std::size_t r = 0; r < rows; ++r) {
-                    const T* ar = a + r * m;
-                    T* dr = ds + r * m;
-                    const T dot = softmax_backward_dot(ar, dr, m);
-                    if (scale_now)
-                        for (std::size_t j = 0; j < m; ++j) dr[j] = op.factor * (ar[j] * (dr[j] - dot));
-                    else
-                        for (std::size_t j = 0; j < m; ++j) dr[j] = ar[j] * (dr[j] - dot);
+                T* ds = ds_block.data();  // dA, then dS, then dS_raw, in place on [lo, hi)
+                if (width > 0)
+                    gemm<T>(false, true, rows, width, dv, T(1), do_blk, dv, v + lo * dv, dv, T(0), ds + lo, m);
+                if (g.da) {  // traced: whole rows, the keys outside [lo, hi) by calls of their own
+                    T* full = da_rows.data();
+                    if (lo > 0) gemm<T>(false, true, rows, lo, dv, T(1), do_blk, dv, v, dv, T(0), full, m);
+                    if (hi < m)
+                        gemm<T>(false, true, rows, m - hi, dv, T(1), do_blk, dv, v + hi * dv, dv, T(0), full + hi, m);
+                    for (std::size_t r = 0; r < rows; ++r) std::copy(ds + r * m + lo, ds + r * m + hi, full + r * m + lo);
+                    add_into(g.da + at, full, rows * m);
                 }
-                if (g.ds) add_into(g.ds + at, ds, rows * m);
-                if (op.scaled && !scale_now)
-                    for (std::size_t i = 0; i < rows * m; ++i) ds[i] = op.factor * ds[i];
-                if (g.ds_raw) add_into(g.ds_raw + at, ds, rows * m);
+                if (width == 0) continue;  // every row fully masked: dS = 0
+                // A = softmax(S):  dS = A ⊙ (dA − rowsum(dA ⊙ A)), as the Softmax op's backward
+                // (the row sum over [lo, hi) has the whole row's bits); then the chain back to
+                // S_raw, as the Scale and Mask ops' backwards: its first Scale in the same pass
+                // unless a value of the chain is asked for (the same roundings either way)
+                const bool scale_now = first_scale != op.chain.end() && !chain_traced;
+                for (std::size_t r = 0; r < rows; ++r) {
+                    const T* ar = a + r * m + lo;
+                    T* dr = ds + r * m + lo;
+                    const T dot = softmax_backward_dot(ar, dr, width);
+                    if (scale_now) {
+                        const T c = first_scale->factor;
+                        for (std::size_t j = 0; j < width; ++j) dr[j] = c * (ar[j] * (dr[j] - dot));
+                    } else {
+                        for (std::size_t j = 0; j < width; ++j) dr[j] = ar[j] * (dr[j] - dot);
+                    }
+                }
+                std::size_t scales = 0;  // the chain's Scales met so far
+                for (std::size_t i = 0; i < op.chain.size(); ++i) {
+                    if (i < g.chain.size() && g.chain[i]) add_span(g.chain[i] + at, ds, rows, m, lo, hi);
+                    if (!op.chain[i].scales || (scales++ == 0 && scale_now)) continue;
+                    const T c = op.chain[i].factor;
+                    for (std::size_t r = 0; r < rows; ++r) {
+                        T* dr = ds + r * m + lo;
+                        for (std::size_t j = 0; j < width; ++j) dr[j] = c * dr[j];
+                    }
+                }
+                if (g.ds_raw) add_span(g.ds_raw + at, ds, rows, m, lo, hi);
                 // S_raw = Q_blk·Kᵀ:  dQ_blk += dS_raw·K,  dK += dS_rawᵀ·Q_blk
-                if (g.dq) gemm<T>(false, false, rows, dk, m, T(1), ds, m, k, dk, T(1), g.dq + (b * n + r0) * dk, dk);
-                if (dk_b) gemm<T>(true, false, m, dk, rows, T(1), ds, m, q_blk, dk, T(1), dk_b, dk);
+                if (g.dq)
+                    gemm<T>(false, false, rows, dk, width, T(1), ds + lo, m, k + lo * dk, dk, T(1),
+                            g.dq + (b * n + r0) * dk, dk);
+                if (dk_b) gemm<T>(true, false, width, dk, rows, T(1), ds + lo, m, q_blk, dk, T(1), dk_b + lo * dk, dk);
             }
         }
     });
@@ -178,10 +217,11 @@ AttentionOperands<T> attention_operands(const Array<T>& q, const Array<T>& k, co
     };
     op.kb = offsets(kbs);
     op.vb = offsets(vbs);
-    op.factor = factor;
-    op.scaled = scaled;
+    if (scaled) op.chain.push_back({true, factor});
+    op.keys = [m = op.m](std::size_t, std::size_t, std::size_t) { return std::pair<std::size_t, std::size_t>{0, m}; };
+    // every key: whole rows, whatever [lo, hi) is asked for
     op.weights = [q = op.q, k = op.k, kb = op.kb, n = op.n, m = op.m, dk = op.dk, factor, scaled](
-                     std::size_t b, std::size_t r0, std::size_t rows, T* a) {
+                     std::size_t b, std::size_t r0, std::size_t rows, std::size_t, std::size_t, T* a) {
         gemm<T>(false, true, rows, m, dk, T(1), q + (b * n + r0) * dk, dk, k + kb[b] * m * dk, dk, T(0), a, m);
         softmax_rows<T>(a, a, rows, m, factor, scaled);
     };

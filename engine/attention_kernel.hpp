@@ -1,5 +1,6 @@
 #pragma once
-// The fused attention step's backward (engine/attention_backward.cpp) for O = softmax(c·Q·Kᵀ)·V,
+// The fused attention step's backward (engine/attention_backward.cpp) for O = softmax(chain(Q·Kᵀ))·V,
+// the chain being Scales and Masks (causal, window, padding, a boolean mask tensor),
 // by the forward's blocks of gemm_row_block query rows. The backward plan recomputes a
 // block's weights with the forward's own kernel (engine/fused_attention.hpp), so they have
 // the forward's bits.
@@ -9,11 +10,21 @@
 // are (batch..., n, dv); S_raw, S, A and their gradients are (batch..., n, m).
 #include <cstddef>
 #include <functional>
+#include <utility>
 #include <vector>
 
 #include "engine/graph.hpp"
 
 namespace attngraph {
+
+/// @brief One node between S_raw and the softmax in a fused step's backward: a Scale, whose
+/// backward multiplies the gradient by its factor, or a Mask, whose backward passes it where
+/// a key is kept (where it is masked A = 0, so dS = A ⊙ (...) is ±0 already).
+template <class T>
+struct ChainLink {
+    bool scales = false;
+    T factor = T(1);  ///< a Scale's
+};
 
 /// @brief The operands of one fused attention step, flattened to matrices.
 template <class T>
@@ -25,41 +36,52 @@ struct AttentionOperands {
     std::size_t batches = 0;                   ///< matrices of Q (and of O)
     std::size_t k_batches = 0, v_batches = 0;  ///< matrices of K and of V
     std::vector<std::size_t> kb, vb;           ///< batch of Q -> its matrix of K, of V
-    T factor = T(1);                           ///< the folded Scale factor c
-    bool scaled = false;                       ///< whether c applies
-    /// A of the forward's block of query rows [r0, r0 + rows) of batch b into `a` (rows, m):
-    /// the backward's recomputation. The backward plan sets it to the forward's own kernel
-    /// (AttentionKernel::weights, engine/fused_attention.hpp), which gives the forward's bits
-    /// and is where a mask or a bias would come in; attention_operands() sets softmax(c·Q·Kᵀ)
-    /// by the engine's GEMM and softmax kernel.
-    std::function<void(std::size_t b, std::size_t r0, std::size_t rows, T* a)> weights;
+    /// The nodes between S_raw and the softmax, from the softmax's input back to S_raw's reader.
+    std::vector<ChainLink<T>> chain;
+    /// The keys [lo, hi) that the query rows [r0, r0 + rows) of batch b may weigh: A is 0
+    /// outside them (a Mask's spans), and the backward computes nothing there.
+    /// attention_operands() sets every key.
+    std::function<std::pair<std::size_t, std::size_t>(std::size_t b, std::size_t r0, std::size_t rows)> keys;
+    /// A of the forward's block of query rows [r0, r0 + rows) of batch b into `a` (rows, m),
+    /// on the keys [lo, hi) at least (those of `keys` for a step holding the block; other
+    /// columns may be left as they were): the backward's recomputation. The backward plan
+    /// sets it to the forward's own kernel (AttentionKernel::weights,
+    /// engine/fused_attention.hpp), which gives the forward's bits and applies the step's
+    /// masks; attention_operands() sets softmax(c·Q·Kᵀ) by the engine's GEMM and softmax
+    /// kernel, on every key.
+    std::function<void(std::size_t b, std::size_t r0, std::size_t rows, std::size_t lo, std::size_t hi, T* a)> weights;
 };
 
-/// @brief The operands of q, k, v (shapes as in the legend; not checked here).
+/// @brief The operands of q, k, v (shapes as in the legend; not checked here), for
+/// O = softmax(c·Q·Kᵀ)·V (with !scaled: no Scale node, c = 1).
 template <class T>
 AttentionOperands<T> attention_operands(const Array<T>& q, const Array<T>& k, const Array<T>& v, T factor,
                                         bool scaled);
 
 /// @brief Where the attention backward adds its gradients (each += into a zeroed or
 /// partly summed buffer; null: not wanted). dq (batch, n, dk), dk (k_batches, m, dk),
-/// dv (v_batches, m, dv); ds_raw, ds, da (batch, n, m), written only when traced.
+/// dv (v_batches, m, dv); ds_raw, da and chain (batch, n, m), written only when traced:
+/// chain[i] is the gradient of the output of op.chain[i] (empty: none wanted).
 template <class T>
 struct AttentionGrads {
     T* dq = nullptr;
     T* dk = nullptr;
     T* dv = nullptr;
     T* ds_raw = nullptr;
-    T* ds = nullptr;
     T* da = nullptr;
+    std::vector<T*> chain;
 };
 
-/// @brief The backward of O = softmax(c · Q·Kᵀ)·V, FlashAttention-2 style: per step of query
-/// rows (a few of the forward's blocks, as many as a fixed budget of n×m values allows), A from
-/// `a` (the forward's kept weights) or, when `a` is null, recomputed with op.weights block by
-/// block; then dV += Aᵀ·dO, dA = dO·Vᵀ, dS = A ⊙ (dA − rowsum(dA ⊙ A)),
-/// dS_raw = c · dS, dQ += dS_raw·K, dK += dS_rawᵀ·Q. The steps of a batch add into
-/// dK and dV in step order; a K or V shared by several query heads gets each head's sum in
-/// its own buffer, added in head order: bit-identical for any thread count.
+/// @brief The backward of O = softmax(chain(Q·Kᵀ))·V, FlashAttention-2 style: per step of query
+/// rows (a few of the forward's blocks, as many as a fixed budget of n×m values allows), on
+/// the keys [lo, hi) that op.keys gives the step's rows, A from `a` (the forward's kept
+/// weights) or, when `a` is null, recomputed with op.weights block by block; then
+/// dV += Aᵀ·dO, dA = dO·Vᵀ, dS = A ⊙ (dA − rowsum(dA ⊙ A)), dS_raw = c_1·(...·(c_k · dS))
+/// over the chain's Scales, dQ += dS_raw·K, dK += dS_rawᵀ·Q. Keys outside [lo, hi) have
+/// A = 0 and so contribute nothing (as long as dA is finite there), and the row sums give
+/// the whole row's bits (softmax_backward_dot). The steps of a batch add into dK and dV in
+/// step order; a K or V shared by several query heads gets each head's sum in its own
+/// buffer, added in head order: bit-identical for any thread count.
 template <class T>
 void attention_backward(const AttentionOperands<T>& op, const T* a, const T* d_o, const AttentionGrads<T>& grads);
 

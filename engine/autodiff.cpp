@@ -38,19 +38,26 @@ Array<T> zeros_like_shape(const Shape& s) {
     return a;
 }
 
-// A fused attention step of the forward plan (engine/optimize.hpp), O = softmax(c·Q·Kᵀ)·V,
-// whose backward runs as one task (engine/attention_kernel.hpp): the scores and weights are
-// internal to it, and recomputed block by block when the forward did not keep A.
+// A fused attention step of the forward plan (engine/optimize.hpp), O = softmax(chain(Q·Kᵀ))·V
+// with a chain of Scales and Masks, whose backward runs as one task
+// (engine/attention_kernel.hpp): the scores and weights are internal to it, and recomputed
+// block by block when the forward did not keep A.
 struct AttentionGroup {
     std::size_t o_node = 0;            // the MatMul writing O: the group's task stands there
     std::vector<std::size_t> members;  // the nodes it covers (the Transpose too when KT is folded)
     int q = -1, k = -1, v = -1, o = -1;  // value ids; k is K, the Transpose's input
     int kt = -1;                         // KT when the forward kept it (its Transpose runs on its own), else -1
-    int s_raw = -1, s = -1, a = -1;      // s: -1 without a Scale
-    double factor = 1.0;
-    bool scaled = false;
+    int s_raw = -1, a = -1;
+    struct Link {
+        int value = -1;  // the node's output
+        bool scales = false;
+        double factor = 1.0;
+    };
+    std::vector<Link> chain;  // the Scale and Mask nodes from the softmax's input back to S_raw's reader
+    // the Masks' boolean tensors (node, input slot): no gradient, as the Mask op gives them
+    std::vector<std::pair<std::size_t, std::size_t>> mask_tensors;
     std::shared_ptr<const AttentionSpec> spec;  // the forward step's, to recompute A with its kernel
-    std::vector<int> inputs;                    // the forward step's inputs (Q, K, V)
+    std::vector<int> inputs;                    // the forward step's inputs (Q, K, V, mask tensors)
 };
 
 // A linear_group step of the forward plan: Linear nodes reading the same x (the heads' Q, K,
@@ -97,15 +104,17 @@ std::vector<AttentionGroup> attention_groups(const Graph& g, const Plan& plan) {
     for (const Step& step : plan.steps) {
         if (step.kind != StepKind::attention || !step.attention) continue;
         const AttentionSpec& spec = *step.attention;
-        // the backward fuses the plain chain: at most a Scale between the scores and the softmax
-        // (not gpt-oss's sinks, not the Differential Transformer's two maps: their nodes' own
-        // backward runs)
-        bool plain = !spec.sink && !spec.diff && spec.stages.size() <= 1 &&
-                     (spec.stages.empty() || spec.stages[0].kind == ScoreStage::Kind::scale);
+        // the backward fuses a chain of Scales and Masks (patterns and boolean tensors), not
+        // gpt-oss's sinks, the Differential Transformer's two maps, biases, additive masks or
+        // softcapping: their nodes' own backward runs
+        bool plain = !spec.sink && !spec.diff;
+        for (const ScoreStage& st : spec.stages)
+            plain = plain && (st.kind == ScoreStage::Kind::scale ||
+                              (st.kind == ScoreStage::Kind::mask && st.mask_tensor != ScoreStage::MaskTensor::additive));
         for (int f : step.folded) {
             const Node& fn = nodes[static_cast<std::size_t>(f)];
             plain = plain && (fn.is<ops::Transpose>() || fn.is<ops::MatMul>() || fn.is<ops::Scale>() ||
-                              fn.is<ops::Softmax>());
+                              fn.is<ops::Mask>() || fn.is<ops::Softmax>());
         }
         if (!plain) continue;
         AttentionGroup grp;
@@ -116,12 +125,22 @@ std::vector<AttentionGroup> attention_groups(const Graph& g, const Plan& plan) {
         grp.o = o.outputs[0];
         grp.a = o.inputs[0];
         grp.v = o.inputs[1];
-        const int s_in = producer(grp.a).inputs[0];
-        grp.scaled = !spec.stages.empty();
-        grp.factor = grp.scaled ? spec.stages[0].factor : 1.0;
-        if (grp.scaled) grp.s = s_in;
-        grp.s_raw = grp.scaled ? producer(s_in).inputs[0] : s_in;
+        int s_in = producer(grp.a).inputs[0];  // the softmax's input, then back along the chain
+        for (;;) {
+            const Node& link = producer(s_in);
+            if (link.is<ops::Scale>()) {
+                grp.chain.push_back({s_in, true, link.attrs_if<ops::Scale>()->factor.value});
+            } else if (link.is<ops::Mask>()) {
+                grp.chain.push_back({s_in, false, 1.0});
+                if (link.inputs.size() == 2) grp.mask_tensors.emplace_back(static_cast<std::size_t>(g.value(s_in).producer), 1);
+            } else {
+                break;
+            }
+            s_in = link.inputs[0];
+        }
+        grp.s_raw = s_in;
         const Node& s_raw_node = producer(grp.s_raw);
+        if (grp.chain.size() != spec.stages.size() || !s_raw_node.is<ops::MatMul>()) continue;  // not the step's chain
         grp.q = s_raw_node.inputs[0];
         const int kt = s_raw_node.inputs[1];
         grp.k = producer(kt).inputs[0];
@@ -133,8 +152,8 @@ std::vector<AttentionGroup> attention_groups(const Graph& g, const Plan& plan) {
         grp.members.push_back(grp.o_node);
         if (!kt_folded) grp.kt = kt;
         bool seeded = is_output[static_cast<std::size_t>(grp.s_raw)] || is_output[static_cast<std::size_t>(grp.a)] ||
-                      (grp.s >= 0 && is_output[static_cast<std::size_t>(grp.s)]) ||
                       (kt_folded && is_output[static_cast<std::size_t>(kt)]);
+        for (const AttentionGroup::Link& link : grp.chain) seeded = seeded || is_output[static_cast<std::size_t>(link.value)];
         if (!seeded) groups.push_back(std::move(grp));
     }
     return groups;
@@ -444,21 +463,34 @@ private:
         const auto& nodes = m_graph.nodes();
         const auto t0 = std::chrono::steady_clock::now();
         const auto at = [](int id) { return static_cast<std::size_t>(id); };
-        AttentionOperands<T> op = attention_operands<T>(*m_forward[at(grp.q)], *m_forward[at(grp.k)],
-                                                        *m_forward[at(grp.v)], static_cast<T>(grp.factor), grp.scaled);
-        // A recomputed by the forward step's own kernel: its block, its bits
+        AttentionOperands<T> op =
+            attention_operands<T>(*m_forward[at(grp.q)], *m_forward[at(grp.k)], *m_forward[at(grp.v)], T(1), false);
+        for (const AttentionGroup::Link& link : grp.chain) op.chain.push_back({link.scales, static_cast<T>(link.factor)});
+        // A recomputed by the forward step's own kernel: its block, its masks, its bits
         std::vector<const Array<T>*> step_in;
         for (int id : grp.inputs) step_in.push_back(m_forward[at(id)]);
         const AttentionKernel<T> kernel(*grp.spec, In<T>(step_in));
-        op.weights = [&](std::size_t b, std::size_t r0, std::size_t rows, T* a) {
+        op.keys = [&](std::size_t b, std::size_t r0, std::size_t rows) {
+            std::size_t lo = 0, hi = 0;  // the union of the blocks' spans
+            for (std::size_t i = r0 / gemm_row_block; i * gemm_row_block < r0 + rows; ++i) {
+                const auto blk = kernel.block(b, i);
+                if (blk.lo == blk.hi) continue;
+                lo = hi == 0 ? blk.lo : std::min(lo, blk.lo);
+                hi = std::max(hi, blk.hi);
+            }
+            return std::pair<std::size_t, std::size_t>{lo, hi};
+        };
+        op.weights = [&](std::size_t b, std::size_t r0, std::size_t rows, std::size_t lo, std::size_t hi, T* a) {
             const auto blk = kernel.block(b, r0 / gemm_row_block);
             const auto scratch = std::make_unique_for_overwrite<T[]>(kernel.scratch_size());
             const auto w = kernel.weights(blk, scratch.get(), Out<T>{});
-            for (std::size_t r = 0; r < rows; ++r) {  // the block's key span, zeros around it
+            // the block's key span within [lo, hi), zeros around it
+            const std::size_t from = blk.lo == blk.hi ? lo : blk.lo, to = blk.lo == blk.hi ? lo : blk.hi;
+            for (std::size_t r = 0; r < rows; ++r) {
                 T* row = a + r * op.m;
-                std::fill(row, row + blk.lo, T(0));
-                std::copy_n(w.a + r * w.lda, blk.hi - blk.lo, row + blk.lo);
-                std::fill(row + blk.hi, row + op.m, T(0));
+                std::fill(row + lo, row + from, T(0));
+                std::copy_n(w.a + r * w.lda, to - from, row + from);
+                std::fill(row + to, row + hi, T(0));
             }
         };
         const std::size_t s_raw_node = at(m_graph.value(grp.s_raw).producer);
@@ -482,8 +514,9 @@ private:
             return m_grad[at(id)].data();
         };
         g.ds_raw = internal(grp.s_raw);
-        g.ds = internal(grp.s);
+        for (const AttentionGroup::Link& link : grp.chain) g.chain.push_back(internal(link.value));
         g.da = internal(grp.a);
+        for (const auto& [node, slot] : grp.mask_tensors) input_grad(node, slot);  // boolean: stays 0
         allocate(at(grp.o));
         const Array<T>* a_kept = m_forward[at(grp.a)];
         attention_backward<T>(op, a_kept ? a_kept->data() : nullptr, m_grad[at(grp.o)].data(), g);

@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 
 #include "engine/autodiff.hpp"
 #include "engine/builder.hpp"
@@ -73,11 +74,16 @@ std::size_t matrix_of(std::size_t b, const Shape& qbatch, const Shape& obatch) {
     return off;
 }
 
-Reference reference(const Case& c, const Tensor& qt, const Tensor& kt, const Tensor& vt, const Tensor& gt) {
+// keep(b, i, j): whether query i of Q's matrix b sees key j (a Mask; a row that sees none has
+// A = 0); `after`: a Scale after the Mask (S = after · (c · Q·Kᵀ)).
+using Keep = std::function<bool(std::size_t b, std::size_t i, std::size_t j)>;
+
+Reference reference(const Case& c, const Tensor& qt, const Tensor& kt, const Tensor& vt, const Tensor& gt,
+                    const Keep& keep = {}, double after = 1.0) {
     const std::size_t n = c.q.end()[-2], dk = c.q.back(), m = c.k.end()[-2], dv = c.v.back();
     const Shape qb(c.q.begin(), c.q.end() - 2), kb(c.k.begin(), c.k.end() - 2), vb(c.v.begin(), c.v.end() - 2);
     const std::size_t batches = element_count(qb);
-    const double f = c.scaled ? factor_of(c) : 1.0;
+    const double f = (c.scaled ? factor_of(c) : 1.0) * after;
     Reference r;
     r.dq.assign(qt.size(), 0.0);
     r.dk.assign(kt.size(), 0.0);
@@ -92,14 +98,19 @@ Reference reference(const Case& c, const Tensor& qt, const Tensor& kt, const Ten
             std::vector<double> s(m), a(m), da(m);
             double mx = -INFINITY, sum = 0;
             for (std::size_t j = 0; j < m; ++j) {
+                if (keep && !keep(b, i, j)) continue;
                 double dot = 0;
                 for (std::size_t d = 0; d < dk; ++d) dot += Q(i, d) * K(j, d);
                 s[j] = f * dot;
                 mx = std::max(mx, s[j]);
             }
-            for (std::size_t j = 0; j < m; ++j) sum += a[j] = std::exp(s[j] - mx);
+            if (mx == -INFINITY) continue;  // no key: A = 0, O = 0
+            for (std::size_t j = 0; j < m; ++j) sum += a[j] = keep && !keep(b, i, j) ? 0.0 : std::exp(s[j] - mx);
             double rowdot = 0;
+            std::vector<bool> seen(m);  // the keys the row sees (a masked key adds nothing)
             for (std::size_t j = 0; j < m; ++j) {
+                seen[j] = !keep || keep(b, i, j);
+                if (!seen[j]) continue;
                 a[j] /= sum;
                 double d_a = 0;
                 for (std::size_t d = 0; d < dv; ++d) {
@@ -110,6 +121,7 @@ Reference reference(const Case& c, const Tensor& qt, const Tensor& kt, const Ten
                 rowdot += a[j] * d_a;
             }
             for (std::size_t j = 0; j < m; ++j) {
+                if (!seen[j]) continue;
                 const double ds = f * a[j] * (da[j] - rowdot);
                 for (std::size_t d = 0; d < dk; ++d) {
                     r.dq[(b * n + i) * dk + d] += ds * K(j, d);
@@ -331,6 +343,214 @@ BOOST_AUTO_TEST_CASE(mha_graph_fused_backward_matches_the_per_node_backward) {
                 for (std::size_t i = 0; i < w.size(); ++i) w[i] = want.at_flat(i);
                 BOOST_TEST(rel_error(fused.at(v.name), w) <= 2e-5);
             }
+}
+
+// ---- masked chains: Scale, then Mask (a pattern and/or a boolean tensor), maybe a Scale after
+
+namespace {
+
+struct MaskCase {
+    Case c;
+    std::string pattern{};          // "", causal, window, padding
+    int offset = 0;                 // causal/window: keys before query 0
+    bool from_end = false;          // causal: offset m - n
+    int window = 0;
+    bool window_causal = false;
+    std::vector<int> lengths{};     // padding: keys per sequence (axis 0)
+    Shape keep{};                   // a boolean mask tensor of this shape (broadcast to the scores); empty: none
+    double after = 1.0;             // a Scale after the Mask (1: none)
+};
+
+// the tensor's keep value at (i, j) of its last two axes: about 7 keys in 10, and none for
+// query row 3 (a fully masked row) when the tensor has query rows
+bool keep_value(const Shape& keep, std::size_t i, std::size_t j) {
+    if (keep.end()[-2] > 1 && i == 3) return false;
+    return (i * 7 + j * 13) % 10 < 7;
+}
+
+Tensor keep_tensor(const Shape& shape, DType dtype) {
+    Tensor t = graphs::random_tensor(shape, dtype, 9);
+    const std::size_t rows = shape.end()[-2], cols = shape.back();
+    for (std::size_t e = 0; e < t.size(); ++e) {
+        const std::size_t i = rows > 1 ? (e / cols) % rows : 0, j = e % cols;
+        const double x = keep_value(shape, i, j) ? 1.0 : 0.0;
+        if (dtype == DType::f32) t.as<float>().data()[e] = static_cast<float>(x);
+        else t.as<double>().data()[e] = x;
+    }
+    return t;
+}
+
+Graph masked_graph(const MaskCase& mc, DType dtype) {
+    const Case& c = mc.c;
+    GraphBuilder g("masked_attention", dtype);
+    Value q = g.input("Q", graphs::random_tensor(c.q, dtype, 1, 2.0));
+    Value k = g.input("K", graphs::random_tensor(c.k, dtype, 2, 2.0));
+    Value v = g.input("V", graphs::random_tensor(c.v, dtype, 3));
+    Value s = scale(matmul(q, transpose(k)).named("S_raw"), factor_of(c)).named("S");
+    if (!mc.keep.empty()) {
+        Value keep = g.input("keep", keep_tensor(mc.keep, dtype));
+        s = mask_tensor(s, keep, false, mc.pattern == "causal", mc.from_end ? causal_from_end : mc.offset);
+    } else if (mc.pattern == "causal") {
+        s = mask_causal(s, mc.from_end ? causal_from_end : mc.offset);
+    } else if (mc.pattern == "window") {
+        s = mask_window(s, mc.window, mc.window_causal);
+    } else {
+        s = mask_padding(s, mc.lengths);
+    }
+    s = s.named("S_masked");
+    if (mc.after != 1.0) s = scale(s, mc.after).named("S_after");
+    Value a = softmax(s).named("A");
+    g.output(matmul(a, v).named("Y"));
+    return g.build();
+}
+
+Keep keep_of(const MaskCase& mc) {
+    const std::size_t n = mc.c.q.end()[-2], m = mc.c.k.end()[-2];
+    const std::size_t batches = element_count(Shape(mc.c.q.begin(), mc.c.q.end() - 2));
+    return [=](std::size_t b, std::size_t i, std::size_t j) {
+        const long p = static_cast<long>(i) + (mc.from_end ? static_cast<long>(m) - static_cast<long>(n) : mc.offset);
+        const long jj = static_cast<long>(j);
+        if (!mc.keep.empty() && !keep_value(mc.keep, mc.keep.end()[-2] > 1 ? i : 0, j)) return false;
+        if (mc.pattern == "causal") return jj <= p;
+        if (mc.pattern == "window")
+            return mc.window_causal ? (p - jj >= 0 && p - jj < mc.window) : std::abs(p - jj) < mc.window;
+        if (mc.pattern == "padding") return jj < mc.lengths[b / (batches / mc.c.q[0])];
+        return true;
+    };
+}
+
+const std::vector<MaskCase> masked_cases = {
+    // causal over several ragged blocks; a decode-style offset from the end (cross lengths)
+    {.c = {{2, 3, 200, 16}, {2, 3, 200, 16}, {2, 3, 200, 16}, true}, .pattern = "causal"},
+    {.c = {{3, 70, 12}, {3, 300, 12}, {3, 300, 20}, true}, .pattern = "causal", .from_end = true},
+    // a window both ways, and a causal window over steps of several blocks
+    {.c = {{2, 300, 8}, {2, 300, 8}, {2, 300, 8}, true}, .pattern = "window", .window = 40},
+    {.c = {{1, 700, 8}, {1, 700, 8}, {1, 700, 8}, true}, .pattern = "window", .window = 64, .window_causal = true},
+    // padded keys, the second sequence with none (every row fully masked)
+    {.c = {{2, 3, 150, 8}, {2, 3, 150, 8}, {2, 3, 150, 8}, true}, .pattern = "padding", .lengths = {90, 0}},
+    // a boolean tensor with a fully masked row, and causal on top; a key padding row (1, m)
+    {.c = {{2, 150, 8}, {2, 150, 8}, {2, 150, 8}, true}, .pattern = "causal", .keep = {150, 150}},
+    {.c = {{2, 140, 8}, {2, 140, 8}, {2, 140, 8}, true}, .keep = {1, 140}},
+    // a second Scale after the Mask; GQA shapes under a causal mask; many keys (one-block steps)
+    {.c = {{2, 150, 8}, {2, 150, 8}, {2, 150, 8}, true}, .pattern = "causal", .offset = 5, .after = 0.5},
+    {.c = {{2, 2, 2, 150, 8}, {2, 2, 1, 150, 8}, {2, 2, 1, 150, 8}, true}, .pattern = "causal"},
+    {.c = {{1, 300, 8}, {1, 2100, 8}, {1, 2100, 8}, true}, .pattern = "causal", .from_end = true},
+};
+
+Tensor grad_of_y(const Case& c, DType dtype) { return graphs::random_tensor(y_shape(c), dtype, 4); }
+
+}  // namespace
+
+BOOST_DATA_TEST_CASE(masked_fused_backward_matches_a_plain_loop_reference, bdata::xrange(masked_cases.size()), ci) {
+    const MaskCase& mc = masked_cases[ci];
+    const Graph g = masked_graph(mc, DType::f32);
+    const Run fused = run_backward(g, mc.c, Mode::untraced, 2);
+    const Run plain = run_backward(g, mc.c, Mode::plain, 2);
+    auto data = [&](const std::string& name) {
+        return g.values()[static_cast<std::size_t>(g.at(name))].data->cast(DType::f64);
+    };
+    const Reference ref =
+        reference(mc.c, data("Q"), data("K"), data("V"), grad_of_y(mc.c, DType::f32).cast(DType::f64), keep_of(mc), mc.after);
+    for (const Run* r : {&fused, &plain}) BOOST_TEST_CONTEXT((r == &fused ? "fused" : "plain")) {
+            BOOST_TEST(rel_error(r->grads.at("Q"), ref.dq) <= 2e-5);
+            BOOST_TEST(rel_error(r->grads.at("K"), ref.dk) <= 2e-5);
+            BOOST_TEST(rel_error(r->grads.at("V"), ref.dv) <= 2e-5);
+        }
+    // the fused backward ran: the untraced forward kept none of the n×m values
+    for (const char* name : {"S_raw", "S", "S_masked", "A"})
+        BOOST_TEST(!fused.forward.values[static_cast<std::size_t>(g.at(name))], name);
+}
+
+BOOST_DATA_TEST_CASE(masked_fused_backward_bit_identical_for_any_thread_count,
+                     bdata::xrange(masked_cases.size()) * bdata::make({0, 1}), ci, f64) {
+    const MaskCase& mc = masked_cases[ci];
+    const Graph g = masked_graph(mc, f64 ? DType::f64 : DType::f32);
+    const Run one = run_backward(g, mc.c, Mode::untraced, 1);
+    for (int threads : {2, 4}) {
+        const Run many = run_backward(g, mc.c, Mode::untraced, threads);
+        for (const char* name : {"Q", "K", "V"}) BOOST_TEST_CONTEXT(name << " at " << threads << " threads") {
+                BOOST_TEST(same_bits(one.grads.at(name), many.grads.at(name)));
+            }
+    }
+}
+
+BOOST_DATA_TEST_CASE(masked_traced_and_untraced_backward_agree_bitwise, bdata::xrange(masked_cases.size()), ci) {
+    const MaskCase& mc = masked_cases[ci];
+    const Graph g = masked_graph(mc, DType::f32);
+    const Run untraced = run_backward(g, mc.c, Mode::untraced, 2);
+    const Run traced = run_backward(g, mc.c, Mode::traced, 2, {});  // every value, as `grad --trace`
+    BOOST_TEST(traced.forward.values[static_cast<std::size_t>(g.at("A"))]);
+    for (const char* name : {"Q", "K", "V"}) BOOST_TEST_CONTEXT(name) {
+            BOOST_TEST(same_bits(untraced.grads.at(name), traced.grads.at(name)));
+        }
+}
+
+BOOST_DATA_TEST_CASE(masked_traced_intermediate_gradients_match_the_plain_backward,
+                     bdata::xrange(masked_cases.size()), ci) {
+    // every value requested: the fused step writes dA (whole rows, masked keys too), the
+    // chain's gradients, dS_raw, and the mask tensor's (0)
+    const MaskCase& mc = masked_cases[ci];
+    const Graph g = masked_graph(mc, DType::f64);
+    const Run fused = run_backward(g, mc.c, Mode::traced, 2, {});
+    const Run plain = run_backward(g, mc.c, Mode::plain, 2, {});
+    for (const auto& v : g.values()) BOOST_TEST_CONTEXT(v.name) {
+            const Tensor& want = plain.grads.at(v.name);
+            const Tensor& got = fused.grads.at(v.name);
+            BOOST_REQUIRE(got.shape() == want.shape());
+            double err = 0, scale = 0;
+            for (std::size_t i = 0; i < want.size(); ++i) {
+                err = std::max(err, std::abs(got.at_flat(i) - want.at_flat(i)));
+                scale = std::max(scale, std::abs(want.at_flat(i)));
+            }
+            BOOST_TEST(err <= 1e-12 * std::max(scale, 1e-300));
+        }
+}
+
+BOOST_DATA_TEST_CASE(masked_fused_backward_gradchecks_in_f64, bdata::xrange(masked_cases.size()), ci) {
+    MaskCase mc = masked_cases[ci];
+    if (!mc.keep.empty()) return;  // a boolean tensor's 0 and 1 are not a differentiable input
+    for (Shape* s : {&mc.c.q, &mc.c.k, &mc.c.v}) s->end()[-2] = std::min<std::size_t>(s->end()[-2], 7);
+    if (mc.pattern == "window") mc.window = std::min(mc.window, 3);
+    for (int& l : mc.lengths) l = std::min(l, 4);
+    const Graph g = masked_graph(mc, DType::f64);
+    const GradcheckResult r = gradcheck(g, GradcheckOptions{});
+    BOOST_TEST(r.max_rel_error <= 1e-6, r.report());
+}
+
+BOOST_AUTO_TEST_CASE(padded_keys_are_not_computed_by_the_backward) {
+    // K and V are NaN past each sequence's length: the fused forward and backward never read
+    // them (a backward over every key would give NaN through dA = dO·Vᵀ, as the plain nodes
+    // do), and the padded keys' dK and dV are 0
+    MaskCase mc{.c = {{2, 2, 300, 8}, {2, 2, 300, 8}, {2, 2, 300, 8}, true}, .pattern = "padding", .lengths = {170, 260}};
+    Graph clean = masked_graph(mc, DType::f32);
+    GraphBuilder gb("padded", DType::f32);
+    auto poisoned = [&](const char* name, std::uint64_t seed, double scale_) {
+        Tensor t = graphs::random_tensor(mc.c.k, DType::f32, seed, scale_);
+        float* x = t.as<float>().data();
+        for (std::size_t b = 0; b < 4; ++b)
+            for (std::size_t j = static_cast<std::size_t>(mc.lengths[b / 2]); j < 300; ++j)
+                for (std::size_t d = 0; d < 8; ++d) x[(b * 300 + j) * 8 + d] = std::nanf("");
+        return gb.input(name, t);
+    };
+    Value q = gb.input("Q", graphs::random_tensor(mc.c.q, DType::f32, 1, 2.0));
+    Value k = poisoned("K", 2, 2.0), v = poisoned("V", 3, 1.0);
+    Value s = mask_padding(scale(matmul(q, transpose(k)), factor_of(mc.c)), mc.lengths);
+    gb.output(matmul(softmax(s), v).named("Y"));
+    const Graph g = gb.build();
+    const Run r = run_backward(g, mc.c, Mode::untraced, 2);
+    const Run want = run_backward(clean, mc.c, Mode::untraced, 2);  // the same graph without NaN
+    for (const char* name : {"Q", "K", "V"}) BOOST_TEST_CONTEXT(name) {
+            const Tensor& got = r.grads.at(name);
+            const Tensor& ref = want.grads.at(name);
+            for (std::size_t e = 0; e < got.size(); ++e) {
+                const std::size_t b = e / (300 * 8), j = (e / 8) % 300;
+                const bool padded = std::string(name) != "Q" && j >= static_cast<std::size_t>(mc.lengths[b / 2]);
+                if (padded)
+                    BOOST_TEST(got.at_flat(e) == 0.0);
+                else
+                    BOOST_TEST(got.at_flat(e) == ref.at_flat(e));
+            }
+        }
 }
 
 BOOST_AUTO_TEST_SUITE_END()  // test_attention_backward
