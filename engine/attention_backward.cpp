@@ -2,6 +2,7 @@
 // backward over the forward's own query blocks, so that the n×m weights need not be kept,
 // and over the keys the blocks' masks leave them only.
 #include <algorithm>
+#include <cstdlib>
 
 #include "engine/attention_kernel.hpp"
 #include "engine/gemm.hpp"
@@ -90,12 +91,22 @@ void backward_blocks(const AttentionOperands<T>& op, const T* a_kept, const T* d
     const std::size_t step_rows = gemm_row_block * std::clamp<std::size_t>(fit, 1, step_blocks);
     const std::size_t steps = (n + step_rows - 1) / step_rows;
     SharedGrad<T> dk_of(g.dk, op.kb, op.k_batches, m * dk), dv_of(g.dv, op.vb, op.v_batches, m * dv);
-    const bool chain_traced = std::any_of(g.chain.begin(), g.chain.end(), [](const T* p) { return p != nullptr; });
-    const bool need_ds = g.dq || g.dk || g.ds_raw || g.da || chain_traced;
-    // the chain's first Scale from the softmax's input back (the one next to it when the chain
-    // has no Mask after its Scale): applied in the softmax backward's pass
-    const auto first_scale =
-        std::find_if(op.chain.begin(), op.chain.end(), [](const ChainLink<T>& link) { return link.scales; });
+    using Kind = typename ChainLink<T>::Kind;
+    const auto wanted = [](const std::vector<T*>& ps) {
+        return std::any_of(ps.begin(), ps.end(), [](const T* p) { return p != nullptr; });
+    };
+    const bool chain_traced = wanted(g.chain), slopes_wanted = wanted(g.slopes);
+    const bool need_ds = g.dq || g.dk || g.ds_raw || g.da || chain_traced || slopes_wanted;
+    // the chain's first Scale from the softmax's input back, applied in the softmax backward's
+    // pass when only Masks come before it (they pass dS as it is; an Alibi's slopes read it)
+    // and no value of the chain is asked for (the same roundings either way)
+    const auto first_scale = std::find_if(op.chain.begin(), op.chain.end(),
+                                          [](const ChainLink<T>& link) { return link.kind != Kind::mask; });
+    const bool scale_now = first_scale != op.chain.end() && first_scale->kind == Kind::scale && !chain_traced;
+    // an Alibi's slopes: each batch's sum of dy·|i + offset − j| (in double), into the slopes
+    // after the tasks, in batch order
+    const std::size_t links = op.chain.size();
+    std::vector<double> slope_sums(slopes_wanted ? op.batches * links : 0, 0.0);
     // a batch per task: its steps add into its dK and dV in step order
     parallel_chunks(op.batches, 1, [&](std::size_t b0, std::size_t b1) {
         const std::size_t rows_max = std::min(n, step_rows);
@@ -136,9 +147,8 @@ void backward_blocks(const AttentionOperands<T>& op, const T* a_kept, const T* d
                 if (width == 0) continue;  // every row fully masked: dS = 0
                 // A = softmax(S):  dS = A ⊙ (dA − rowsum(dA ⊙ A)), as the Softmax op's backward
                 // (the row sum over [lo, hi) has the whole row's bits); then the chain back to
-                // S_raw, as the Scale and Mask ops' backwards: its first Scale in the same pass
-                // unless a value of the chain is asked for (the same roundings either way)
-                const bool scale_now = first_scale != op.chain.end() && !chain_traced;
+                // S_raw, as the Scale, Alibi and Mask ops' backwards (its first Scale maybe in
+                // the same pass)
                 for (std::size_t r = 0; r < rows; ++r) {
                     const T* ar = a + r * m + lo;
                     T* dr = ds + r * m + lo;
@@ -150,11 +160,21 @@ void backward_blocks(const AttentionOperands<T>& op, const T* a_kept, const T* d
                         for (std::size_t j = 0; j < width; ++j) dr[j] = ar[j] * (dr[j] - dot);
                     }
                 }
-                std::size_t scales = 0;  // the chain's Scales met so far
-                for (std::size_t i = 0; i < op.chain.size(); ++i) {
+                for (std::size_t i = 0; i < links; ++i) {
+                    const ChainLink<T>& link = op.chain[i];
                     if (i < g.chain.size() && g.chain[i]) add_span(g.chain[i] + at, ds, rows, m, lo, hi);
-                    if (!op.chain[i].scales || (scales++ == 0 && scale_now)) continue;
-                    const T c = op.chain[i].factor;
+                    if (link.kind == Kind::alibi && i < g.slopes.size() && g.slopes[i]) {
+                        double sum = 0;
+                        for (std::size_t r = 0; r < rows; ++r) {
+                            const long p = static_cast<long>(r0 + r) + link.offset;
+                            const T* dr = ds + r * m;
+                            for (std::size_t j = lo; j < hi; ++j)
+                                sum += static_cast<double>(dr[j]) * static_cast<double>(std::abs(p - static_cast<long>(j)));
+                        }
+                        slope_sums[b * links + i] += sum;
+                    }
+                    if (link.kind != Kind::scale || (scale_now && &link == &*first_scale)) continue;
+                    const T c = link.factor;
                     for (std::size_t r = 0; r < rows; ++r) {
                         T* dr = ds + r * m + lo;
                         for (std::size_t j = 0; j < width; ++j) dr[j] = c * dr[j];
@@ -171,6 +191,10 @@ void backward_blocks(const AttentionOperands<T>& op, const T* a_kept, const T* d
     });
     dk_of.add_parts();
     dv_of.add_parts();
+    for (std::size_t i = 0; i < links && slopes_wanted; ++i)
+        if (i < g.slopes.size() && g.slopes[i])
+            for (std::size_t b = 0; b < op.batches; ++b)
+                g.slopes[i][b % op.chain[i].heads] -= static_cast<T>(slope_sums[b * links + i]);
 }
 
 }  // namespace
@@ -217,7 +241,7 @@ AttentionOperands<T> attention_operands(const Array<T>& q, const Array<T>& k, co
     };
     op.kb = offsets(kbs);
     op.vb = offsets(vbs);
-    if (scaled) op.chain.push_back({true, factor});
+    if (scaled) op.chain.push_back({ChainLink<T>::Kind::scale, factor});
     op.keys = [m = op.m](std::size_t, std::size_t, std::size_t) { return std::pair<std::size_t, std::size_t>{0, m}; };
     // every key: whole rows, whatever [lo, hi) is asked for
     op.weights = [q = op.q, k = op.k, kb = op.kb, n = op.n, m = op.m, dk = op.dk, factor, scaled](

@@ -1,6 +1,6 @@
 #pragma once
 // The fused attention step's backward (engine/attention_backward.cpp) for O = softmax(chain(Q·Kᵀ))·V,
-// the chain being Scales and Masks (causal, window, padding, a boolean mask tensor),
+// the chain being Scales, ALiBi biases and Masks (causal, window, padding, a boolean tensor),
 // by the forward's blocks of gemm_row_block query rows. The backward plan recomputes a
 // block's weights with the forward's own kernel (engine/fused_attention.hpp), so they have
 // the forward's bits.
@@ -18,12 +18,19 @@
 namespace attngraph {
 
 /// @brief One node between S_raw and the softmax in a fused step's backward: a Scale, whose
-/// backward multiplies the gradient by its factor, or a Mask, whose backward passes it where
-/// a key is kept (where it is masked A = 0, so dS = A ⊙ (...) is ±0 already).
+/// backward multiplies the gradient by its factor; a Mask, whose backward passes it where a
+/// key is kept (where it is masked A = 0, so dS = A ⊙ (...) is ±0 already); or an Alibi,
+/// y = x − slopes[h]·|i + offset − j|, whose backward passes it and gives the slopes
+/// −Σ dy·|i + offset − j| (head h = batch mod heads).
+enum class ChainKind { scale, mask, alibi };
+
 template <class T>
 struct ChainLink {
-    bool scales = false;
-    T factor = T(1);  ///< a Scale's
+    using Kind = ChainKind;
+    Kind kind = Kind::mask;
+    T factor = T(1);         ///< a Scale's
+    long offset = 0;         ///< an Alibi's: keys before query 0
+    std::size_t heads = 1;   ///< an Alibi's: its slopes
 };
 
 /// @brief The operands of one fused attention step, flattened to matrices.
@@ -61,7 +68,8 @@ AttentionOperands<T> attention_operands(const Array<T>& q, const Array<T>& k, co
 /// @brief Where the attention backward adds its gradients (each += into a zeroed or
 /// partly summed buffer; null: not wanted). dq (batch, n, dk), dk (k_batches, m, dk),
 /// dv (v_batches, m, dv); ds_raw, da and chain (batch, n, m), written only when traced:
-/// chain[i] is the gradient of the output of op.chain[i] (empty: none wanted).
+/// chain[i] is the gradient of the output of op.chain[i] (empty: none wanted); slopes[i] is
+/// an Alibi link's slopes' (heads).
 template <class T>
 struct AttentionGrads {
     T* dq = nullptr;
@@ -70,6 +78,7 @@ struct AttentionGrads {
     T* ds_raw = nullptr;
     T* da = nullptr;
     std::vector<T*> chain;
+    std::vector<T*> slopes;
 };
 
 /// @brief The backward of O = softmax(chain(Q·Kᵀ))·V, FlashAttention-2 style: per step of query
@@ -77,7 +86,8 @@ struct AttentionGrads {
 /// the keys [lo, hi) that op.keys gives the step's rows, A from `a` (the forward's kept
 /// weights) or, when `a` is null, recomputed with op.weights block by block; then
 /// dV += Aᵀ·dO, dA = dO·Vᵀ, dS = A ⊙ (dA − rowsum(dA ⊙ A)), dS_raw = c_1·(...·(c_k · dS))
-/// over the chain's Scales, dQ += dS_raw·K, dK += dS_rawᵀ·Q. Keys outside [lo, hi) have
+/// over the chain's Scales (and the Alibi slopes' sums on the way), dQ += dS_raw·K,
+/// dK += dS_rawᵀ·Q. Keys outside [lo, hi) have
 /// A = 0 and so contribute nothing (as long as dA is finite there), and the row sums give
 /// the whole row's bits (softmax_backward_dot). The steps of a batch add into dK and dV in
 /// step order; a K or V shared by several query heads gets each head's sum in its own

@@ -39,7 +39,7 @@ Array<T> zeros_like_shape(const Shape& s) {
 }
 
 // A fused attention step of the forward plan (engine/optimize.hpp), O = softmax(chain(Q·Kᵀ))·V
-// with a chain of Scales and Masks, whose backward runs as one task
+// with a chain of Scales, Alibis and Masks, whose backward runs as one task
 // (engine/attention_kernel.hpp): the scores and weights are internal to it, and recomputed
 // block by block when the forward did not keep A.
 struct AttentionGroup {
@@ -49,11 +49,11 @@ struct AttentionGroup {
     int kt = -1;                         // KT when the forward kept it (its Transpose runs on its own), else -1
     int s_raw = -1, a = -1;
     struct Link {
+        std::size_t node = 0;
         int value = -1;  // the node's output
-        bool scales = false;
-        double factor = 1.0;
+        ChainLink<double> op;
     };
-    std::vector<Link> chain;  // the Scale and Mask nodes from the softmax's input back to S_raw's reader
+    std::vector<Link> chain;  // the Scale, Alibi and Mask nodes from the softmax's input back to S_raw's reader
     // the Masks' boolean tensors (node, input slot): no gradient, as the Mask op gives them
     std::vector<std::pair<std::size_t, std::size_t>> mask_tensors;
     std::shared_ptr<const AttentionSpec> spec;  // the forward step's, to recompute A with its kernel
@@ -104,17 +104,17 @@ std::vector<AttentionGroup> attention_groups(const Graph& g, const Plan& plan) {
     for (const Step& step : plan.steps) {
         if (step.kind != StepKind::attention || !step.attention) continue;
         const AttentionSpec& spec = *step.attention;
-        // the backward fuses a chain of Scales and Masks (patterns and boolean tensors), not
-        // gpt-oss's sinks, the Differential Transformer's two maps, biases, additive masks or
-        // softcapping: their nodes' own backward runs
+        // the backward fuses a chain of Scales, ALiBi biases and Masks (patterns and boolean
+        // tensors), not gpt-oss's sinks, the Differential Transformer's two maps, biases,
+        // additive masks or softcapping: their nodes' own backward runs
         bool plain = !spec.sink && !spec.diff;
         for (const ScoreStage& st : spec.stages)
-            plain = plain && (st.kind == ScoreStage::Kind::scale ||
+            plain = plain && (st.kind == ScoreStage::Kind::scale || st.kind == ScoreStage::Kind::alibi ||
                               (st.kind == ScoreStage::Kind::mask && st.mask_tensor != ScoreStage::MaskTensor::additive));
         for (int f : step.folded) {
             const Node& fn = nodes[static_cast<std::size_t>(f)];
             plain = plain && (fn.is<ops::Transpose>() || fn.is<ops::MatMul>() || fn.is<ops::Scale>() ||
-                              fn.is<ops::Mask>() || fn.is<ops::Softmax>());
+                              fn.is<ops::Alibi>() || fn.is<ops::Mask>() || fn.is<ops::Softmax>());
         }
         if (!plain) continue;
         AttentionGroup grp;
@@ -128,11 +128,16 @@ std::vector<AttentionGroup> attention_groups(const Graph& g, const Plan& plan) {
         int s_in = producer(grp.a).inputs[0];  // the softmax's input, then back along the chain
         for (;;) {
             const Node& link = producer(s_in);
-            if (link.is<ops::Scale>()) {
-                grp.chain.push_back({s_in, true, link.attrs_if<ops::Scale>()->factor.value});
+            const auto node = static_cast<std::size_t>(g.value(s_in).producer);
+            using Kind = ChainKind;
+            if (const auto* scale = link.attrs_if<ops::Scale>()) {
+                grp.chain.push_back({node, s_in, {Kind::scale, scale->factor.value}});
+            } else if (const auto* alibi = link.attrs_if<ops::Alibi>()) {
+                const Shape& x = g.value(link.inputs[0]).shape;  // (..., h, n, m)
+                grp.chain.push_back({node, s_in, {Kind::alibi, 1.0, alibi->offset, x.end()[-3]}});
             } else if (link.is<ops::Mask>()) {
-                grp.chain.push_back({s_in, false, 1.0});
-                if (link.inputs.size() == 2) grp.mask_tensors.emplace_back(static_cast<std::size_t>(g.value(s_in).producer), 1);
+                grp.chain.push_back({node, s_in, {Kind::mask}});
+                if (link.inputs.size() == 2) grp.mask_tensors.emplace_back(node, 1);
             } else {
                 break;
             }
@@ -465,7 +470,8 @@ private:
         const auto at = [](int id) { return static_cast<std::size_t>(id); };
         AttentionOperands<T> op =
             attention_operands<T>(*m_forward[at(grp.q)], *m_forward[at(grp.k)], *m_forward[at(grp.v)], T(1), false);
-        for (const AttentionGroup::Link& link : grp.chain) op.chain.push_back({link.scales, static_cast<T>(link.factor)});
+        for (const AttentionGroup::Link& link : grp.chain)
+            op.chain.push_back({link.op.kind, static_cast<T>(link.op.factor), link.op.offset, link.op.heads});
         // A recomputed by the forward step's own kernel: its block, its masks, its bits
         std::vector<const Array<T>*> step_in;
         for (int id : grp.inputs) step_in.push_back(m_forward[at(id)]);
@@ -514,7 +520,11 @@ private:
             return m_grad[at(id)].data();
         };
         g.ds_raw = internal(grp.s_raw);
-        for (const AttentionGroup::Link& link : grp.chain) g.chain.push_back(internal(link.value));
+        for (const AttentionGroup::Link& link : grp.chain) {
+            g.chain.push_back(internal(link.value));
+            Array<T>* slopes = link.op.kind == ChainKind::alibi ? input_grad(link.node, 1) : nullptr;
+            g.slopes.push_back(slopes ? slopes->data() : nullptr);
+        }
         g.da = internal(grp.a);
         for (const auto& [node, slot] : grp.mask_tensors) input_grad(node, slot);  // boolean: stays 0
         allocate(at(grp.o));

@@ -57,6 +57,7 @@ Shape y_shape(const Case& c) {
 // and V's matrix chosen by numpy broadcasting of the batch axes.
 struct Reference {
     std::vector<double> dq, dk, dv;
+    std::vector<double> dslopes;  // with an ALiBi bias
 };
 
 std::size_t matrix_of(std::size_t b, const Shape& qbatch, const Shape& obatch) {
@@ -75,11 +76,19 @@ std::size_t matrix_of(std::size_t b, const Shape& qbatch, const Shape& obatch) {
 }
 
 // keep(b, i, j): whether query i of Q's matrix b sees key j (a Mask; a row that sees none has
-// A = 0); `after`: a Scale after the Mask (S = after · (c · Q·Kᵀ)).
+// A = 0); `after`: a Scale after the Mask; an ALiBi bias between the Scale and the Mask:
+// S = after · (c · Q·Kᵀ − slopes[b mod h]·|i + offset − j|).
 using Keep = std::function<bool(std::size_t b, std::size_t i, std::size_t j)>;
+struct AlibiBias {
+    std::vector<double> slopes;  // empty: no bias
+    long offset = 0;
+    double distance(std::size_t i, std::size_t j) const {
+        return std::abs(static_cast<double>(static_cast<long>(i) + offset - static_cast<long>(j)));
+    }
+};
 
 Reference reference(const Case& c, const Tensor& qt, const Tensor& kt, const Tensor& vt, const Tensor& gt,
-                    const Keep& keep = {}, double after = 1.0) {
+                    const Keep& keep = {}, double after = 1.0, const AlibiBias& alibi = {}) {
     const std::size_t n = c.q.end()[-2], dk = c.q.back(), m = c.k.end()[-2], dv = c.v.back();
     const Shape qb(c.q.begin(), c.q.end() - 2), kb(c.k.begin(), c.k.end() - 2), vb(c.v.begin(), c.v.end() - 2);
     const std::size_t batches = element_count(qb);
@@ -88,7 +97,12 @@ Reference reference(const Case& c, const Tensor& qt, const Tensor& kt, const Ten
     r.dq.assign(qt.size(), 0.0);
     r.dk.assign(kt.size(), 0.0);
     r.dv.assign(vt.size(), 0.0);
+    r.dslopes.assign(alibi.slopes.size(), 0.0);
     for (std::size_t b = 0; b < batches; ++b) {
+        const std::size_t h = alibi.slopes.empty() ? 0 : b % alibi.slopes.size();
+        auto bias = [&](std::size_t i, std::size_t j) {
+            return alibi.slopes.empty() ? 0.0 : after * alibi.slopes[h] * alibi.distance(i, j);
+        };
         const std::size_t kj = matrix_of(b, qb, kb), vj = matrix_of(b, qb, vb);
         auto Q = [&](std::size_t i, std::size_t d) { return qt.at_flat((b * n + i) * dk + d); };
         auto K = [&](std::size_t j, std::size_t d) { return kt.at_flat((kj * m + j) * dk + d); };
@@ -101,7 +115,7 @@ Reference reference(const Case& c, const Tensor& qt, const Tensor& kt, const Ten
                 if (keep && !keep(b, i, j)) continue;
                 double dot = 0;
                 for (std::size_t d = 0; d < dk; ++d) dot += Q(i, d) * K(j, d);
-                s[j] = f * dot;
+                s[j] = f * dot - bias(i, j);
                 mx = std::max(mx, s[j]);
             }
             if (mx == -INFINITY) continue;  // no key: A = 0, O = 0
@@ -123,6 +137,7 @@ Reference reference(const Case& c, const Tensor& qt, const Tensor& kt, const Ten
             for (std::size_t j = 0; j < m; ++j) {
                 if (!seen[j]) continue;
                 const double ds = f * a[j] * (da[j] - rowdot);
+                if (!alibi.slopes.empty()) r.dslopes[h] -= after * a[j] * (da[j] - rowdot) * alibi.distance(i, j);
                 for (std::size_t d = 0; d < dk; ++d) {
                     r.dq[(b * n + i) * dk + d] += ds * K(j, d);
                     r.dk[(kj * m + j) * dk + d] += ds * Q(i, d);
@@ -359,6 +374,8 @@ struct MaskCase {
     std::vector<int> lengths{};     // padding: keys per sequence (axis 0)
     Shape keep{};                   // a boolean mask tensor of this shape (broadcast to the scores); empty: none
     double after = 1.0;             // a Scale after the Mask (1: none)
+    std::vector<double> alibi{};    // an ALiBi bias's slopes, one per head (axis -3), between Scale and Mask
+    int alibi_offset = 0;
 };
 
 // the tensor's keep value at (i, j) of its last two axes: about 7 keys in 10, and none for
@@ -387,6 +404,11 @@ Graph masked_graph(const MaskCase& mc, DType dtype) {
     Value k = g.input("K", graphs::random_tensor(c.k, dtype, 2, 2.0));
     Value v = g.input("V", graphs::random_tensor(c.v, dtype, 3));
     Value s = scale(matmul(q, transpose(k)).named("S_raw"), factor_of(c)).named("S");
+    if (!mc.alibi.empty()) {
+        Tensor slopes = zeros(DType::f64, {mc.alibi.size()});
+        for (std::size_t h = 0; h < mc.alibi.size(); ++h) slopes.as<double>()(h) = mc.alibi[h];
+        s = alibi(s, g.param("alibi_slopes", slopes.cast(dtype)), mc.alibi_offset).named("S_alibi");
+    }
     if (!mc.keep.empty()) {
         Value keep = g.input("keep", keep_tensor(mc.keep, dtype));
         s = mask_tensor(s, keep, false, mc.pattern == "causal", mc.from_end ? causal_from_end : mc.offset);
@@ -435,7 +457,22 @@ const std::vector<MaskCase> masked_cases = {
     {.c = {{2, 150, 8}, {2, 150, 8}, {2, 150, 8}, true}, .pattern = "causal", .offset = 5, .after = 0.5},
     {.c = {{2, 2, 2, 150, 8}, {2, 2, 1, 150, 8}, {2, 2, 1, 150, 8}, true}, .pattern = "causal"},
     {.c = {{1, 300, 8}, {1, 2100, 8}, {1, 2100, 8}, true}, .pattern = "causal", .from_end = true},
+    // ALiBi under a causal mask (the alibi variant); with an offset, a window and a Scale after
+    {.c = {{2, 3, 200, 16}, {2, 3, 200, 16}, {2, 3, 200, 16}, true}, .pattern = "causal", .alibi = {0.5, 0.25, 0.125}},
+    {.c = {{2, 2, 300, 8}, {2, 2, 300, 8}, {2, 2, 300, 8}, true},
+     .pattern = "window",
+     .window = 40,
+     .after = 0.5,
+     .alibi = {0.3, 0.05},
+     .alibi_offset = 5},
 };
+
+// the gradients every masked case is checked on: Q, K, V, and the ALiBi slopes when there are
+std::vector<std::string> grad_names(const MaskCase& mc) {
+    std::vector<std::string> names{"Q", "K", "V"};
+    if (!mc.alibi.empty()) names.emplace_back("alibi_slopes");
+    return names;
+}
 
 Tensor grad_of_y(const Case& c, DType dtype) { return graphs::random_tensor(y_shape(c), dtype, 4); }
 
@@ -444,31 +481,33 @@ Tensor grad_of_y(const Case& c, DType dtype) { return graphs::random_tensor(y_sh
 BOOST_DATA_TEST_CASE(masked_fused_backward_matches_a_plain_loop_reference, bdata::xrange(masked_cases.size()), ci) {
     const MaskCase& mc = masked_cases[ci];
     const Graph g = masked_graph(mc, DType::f32);
-    const Run fused = run_backward(g, mc.c, Mode::untraced, 2);
-    const Run plain = run_backward(g, mc.c, Mode::plain, 2);
+    const Run fused = run_backward(g, mc.c, Mode::untraced, 2, grad_names(mc));
+    const Run plain = run_backward(g, mc.c, Mode::plain, 2, grad_names(mc));
     auto data = [&](const std::string& name) {
         return g.values()[static_cast<std::size_t>(g.at(name))].data->cast(DType::f64);
     };
     const Reference ref =
-        reference(mc.c, data("Q"), data("K"), data("V"), grad_of_y(mc.c, DType::f32).cast(DType::f64), keep_of(mc), mc.after);
+        reference(mc.c, data("Q"), data("K"), data("V"), grad_of_y(mc.c, DType::f32).cast(DType::f64), keep_of(mc),
+                  mc.after, {mc.alibi, mc.alibi_offset});
     for (const Run* r : {&fused, &plain}) BOOST_TEST_CONTEXT((r == &fused ? "fused" : "plain")) {
             BOOST_TEST(rel_error(r->grads.at("Q"), ref.dq) <= 2e-5);
             BOOST_TEST(rel_error(r->grads.at("K"), ref.dk) <= 2e-5);
             BOOST_TEST(rel_error(r->grads.at("V"), ref.dv) <= 2e-5);
+            if (!mc.alibi.empty()) BOOST_TEST(rel_error(r->grads.at("alibi_slopes"), ref.dslopes) <= 2e-5);
         }
     // the fused backward ran: the untraced forward kept none of the n×m values
-    for (const char* name : {"S_raw", "S", "S_masked", "A"})
-        BOOST_TEST(!fused.forward.values[static_cast<std::size_t>(g.at(name))], name);
+    for (const char* name : {"S_raw", "S", "S_alibi", "S_masked", "A"})
+        if (g.find(name) >= 0) BOOST_TEST(!fused.forward.values[static_cast<std::size_t>(g.at(name))], name);
 }
 
 BOOST_DATA_TEST_CASE(masked_fused_backward_bit_identical_for_any_thread_count,
                      bdata::xrange(masked_cases.size()) * bdata::make({0, 1}), ci, f64) {
     const MaskCase& mc = masked_cases[ci];
     const Graph g = masked_graph(mc, f64 ? DType::f64 : DType::f32);
-    const Run one = run_backward(g, mc.c, Mode::untraced, 1);
+    const Run one = run_backward(g, mc.c, Mode::untraced, 1, grad_names(mc));
     for (int threads : {2, 4}) {
-        const Run many = run_backward(g, mc.c, Mode::untraced, threads);
-        for (const char* name : {"Q", "K", "V"}) BOOST_TEST_CONTEXT(name << " at " << threads << " threads") {
+        const Run many = run_backward(g, mc.c, Mode::untraced, threads, grad_names(mc));
+        for (const std::string& name : grad_names(mc)) BOOST_TEST_CONTEXT(name << " at " << threads << " threads") {
                 BOOST_TEST(same_bits(one.grads.at(name), many.grads.at(name)));
             }
     }
@@ -477,10 +516,10 @@ BOOST_DATA_TEST_CASE(masked_fused_backward_bit_identical_for_any_thread_count,
 BOOST_DATA_TEST_CASE(masked_traced_and_untraced_backward_agree_bitwise, bdata::xrange(masked_cases.size()), ci) {
     const MaskCase& mc = masked_cases[ci];
     const Graph g = masked_graph(mc, DType::f32);
-    const Run untraced = run_backward(g, mc.c, Mode::untraced, 2);
+    const Run untraced = run_backward(g, mc.c, Mode::untraced, 2, grad_names(mc));
     const Run traced = run_backward(g, mc.c, Mode::traced, 2, {});  // every value, as `grad --trace`
     BOOST_TEST(traced.forward.values[static_cast<std::size_t>(g.at("A"))]);
-    for (const char* name : {"Q", "K", "V"}) BOOST_TEST_CONTEXT(name) {
+    for (const std::string& name : grad_names(mc)) BOOST_TEST_CONTEXT(name) {
             BOOST_TEST(same_bits(untraced.grads.at(name), traced.grads.at(name)));
         }
 }
@@ -539,7 +578,7 @@ BOOST_AUTO_TEST_CASE(padded_keys_are_not_computed_by_the_backward) {
     const Graph g = gb.build();
     const Run r = run_backward(g, mc.c, Mode::untraced, 2);
     const Run want = run_backward(clean, mc.c, Mode::untraced, 2);  // the same graph without NaN
-    for (const char* name : {"Q", "K", "V"}) BOOST_TEST_CONTEXT(name) {
+    for (const std::string& name : grad_names(mc)) BOOST_TEST_CONTEXT(name) {
             const Tensor& got = r.grads.at(name);
             const Tensor& ref = want.grads.at(name);
             for (std::size_t e = 0; e < got.size(); ++e) {
