@@ -136,7 +136,9 @@ void backward_blocks(const AttentionOperands<T>& op, const T* a_kept, const T* d
                 T* ds = ds_block.data();  // dA, then dS, then dS_raw, in place on [lo, hi)
                 if (width > 0)
                     gemm<T>(false, true, rows, width, dv, T(1), do_blk, dv, v + lo * dv, dv, T(0), ds + lo, m);
-                if (g.da) {  // traced: whole rows, the keys outside [lo, hi) by calls of their own
+                // traced: whole rows, the keys outside [lo, hi) by calls of their own (one call over
+                // the row would cut its columns elsewhere and could change dS's bits)
+                if (g.da) {
                     T* full = da_rows.data();
                     if (lo > 0) gemm<T>(false, true, rows, lo, dv, T(1), do_blk, dv, v, dv, T(0), full, m);
                     if (hi < m)

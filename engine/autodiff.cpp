@@ -54,8 +54,6 @@ struct AttentionGroup {
         ChainLink<double> op;
     };
     std::vector<Link> chain;  // the Scale, Alibi and Mask nodes from the softmax's input back to S_raw's reader
-    // the Masks' boolean tensors (node, input slot): no gradient, as the Mask op gives them
-    std::vector<std::pair<std::size_t, std::size_t>> mask_tensors;
     std::shared_ptr<const AttentionSpec> spec;  // the forward step's, to recompute A with its kernel
     std::vector<int> inputs;                    // the forward step's inputs (Q, K, V, mask tensors)
 };
@@ -137,7 +135,6 @@ std::vector<AttentionGroup> attention_groups(const Graph& g, const Plan& plan) {
                 grp.chain.push_back({node, s_in, {Kind::alibi, 1.0, alibi->offset, x.end()[-3]}});
             } else if (link.is<ops::Mask>()) {
                 grp.chain.push_back({node, s_in, {Kind::mask}});
-                if (link.inputs.size() == 2) grp.mask_tensors.emplace_back(node, 1);
             } else {
                 break;
             }
@@ -526,7 +523,8 @@ private:
             g.slopes.push_back(slopes ? slopes->data() : nullptr);
         }
         g.da = internal(grp.a);
-        for (const auto& [node, slot] : grp.mask_tensors) input_grad(node, slot);  // boolean: stays 0
+        for (const AttentionGroup::Link& link : grp.chain)  // a Mask's boolean tensor: its gradient stays 0
+            if (link.op.kind == ChainKind::mask && nodes[link.node].inputs.size() == 2) input_grad(link.node, 1);
         allocate(at(grp.o));
         const Array<T>* a_kept = m_forward[at(grp.a)];
         attention_backward<T>(op, a_kept ? a_kept->data() : nullptr, m_grad[at(grp.o)].data(), g);
