@@ -96,6 +96,10 @@ void backward_blocks(const AttentionOperands<T>& op, const T* a_kept, const T* d
         return std::any_of(ps.begin(), ps.end(), [](const T* p) { return p != nullptr; });
     };
     const bool chain_traced = wanted(g.chain), slopes_wanted = wanted(g.slopes);
+    // a Tanh's backward reads its output: recomputed with A (also when A was kept)
+    const bool has_tanh = std::any_of(op.chain.begin(), op.chain.end(),
+                                      [](const ChainLink<T>& link) { return link.kind == Kind::tanh; });
+    const bool recompute = !a_kept || has_tanh;
     const bool need_ds = g.dq || g.dk || g.ds_raw || g.da || chain_traced || slopes_wanted;
     // the chain's first Scale from the softmax's input back, applied in the softmax backward's
     // pass when only Masks come before it (they pass dS as it is; an Alibi's slopes read it)
@@ -110,8 +114,8 @@ void backward_blocks(const AttentionOperands<T>& op, const T* a_kept, const T* d
     // a batch per task: its steps add into its dK and dV in step order
     parallel_chunks(op.batches, 1, [&](std::size_t b0, std::size_t b1) {
         const std::size_t rows_max = std::min(n, step_rows);
-        std::vector<T> a_block(a_kept ? 0 : rows_max * m), ds_block(need_ds ? rows_max * m : 0),
-            da_rows(g.da ? rows_max * m : 0);
+        std::vector<T> a_block(recompute ? rows_max * m : 0), ds_block(need_ds ? rows_max * m : 0),
+            da_rows(g.da ? rows_max * m : 0), y_block(has_tanh ? rows_max * m : 0);
         for (std::size_t b = b0; b < b1; ++b) {
             const T* k = op.k + op.kb[b] * m * dk;
             const T* v = op.v + op.vb[b] * m * dv;
@@ -125,10 +129,11 @@ void backward_blocks(const AttentionOperands<T>& op, const T* a_kept, const T* d
                 // the step's keys: A is 0 outside [lo, hi), so dV, dS, dQ and dK get nothing there
                 const auto [lo, hi] = op.keys(b, r0, rows);
                 const std::size_t width = hi - lo;
-                const T* a = a_kept ? a_kept + at : a_block.data();
-                if (!a_kept && width > 0)  // the forward's blocks, one by one
+                const T* a = recompute ? a_block.data() : a_kept + at;
+                if (recompute && width > 0)  // the forward's blocks, one by one
                     for (std::size_t f0 = 0; f0 < rows; f0 += gemm_row_block)
-                        op.weights(b, r0 + f0, std::min(gemm_row_block, rows - f0), lo, hi, a_block.data() + f0 * m);
+                        op.weights(b, r0 + f0, std::min(gemm_row_block, rows - f0), lo, hi, a_block.data() + f0 * m,
+                                   has_tanh ? y_block.data() + f0 * m : nullptr);
                 // O_blk = A·V:  dV += Aᵀ·dO_blk (m, dv),  dA = dO_blk·Vᵀ (rows, m)
                 if (dv_b && width > 0)
                     gemm<T>(true, false, width, dv, rows, T(1), a + lo, m, do_blk, dv, T(1), dv_b + lo * dv, dv);
@@ -174,6 +179,14 @@ void backward_blocks(const AttentionOperands<T>& op, const T* a_kept, const T* d
                                 sum += static_cast<double>(dr[j]) * static_cast<double>(std::abs(p - static_cast<long>(j)));
                         }
                         slope_sums[b * links + i] += sum;
+                    }
+                    if (link.kind == Kind::tanh) {  // dx = dy · (1 − y²), as the Tanh op's backward
+                        for (std::size_t r = 0; r < rows; ++r) {
+                            T* dr = ds + r * m + lo;
+                            const T* y = y_block.data() + r * m + lo;
+                            for (std::size_t j = 0; j < width; ++j) dr[j] = dr[j] * (T(1) - y[j] * y[j]);
+                        }
+                        continue;
                     }
                     if (link.kind != Kind::scale || (scale_now && &link == &*first_scale)) continue;
                     const T c = link.factor;
@@ -247,7 +260,7 @@ AttentionOperands<T> attention_operands(const Array<T>& q, const Array<T>& k, co
     op.keys = [m = op.m](std::size_t, std::size_t, std::size_t) { return std::pair<std::size_t, std::size_t>{0, m}; };
     // every key: whole rows, whatever [lo, hi) is asked for
     op.weights = [q = op.q, k = op.k, kb = op.kb, n = op.n, m = op.m, dk = op.dk, factor, scaled](
-                     std::size_t b, std::size_t r0, std::size_t rows, std::size_t, std::size_t, T* a) {
+                     std::size_t b, std::size_t r0, std::size_t rows, std::size_t, std::size_t, T* a, T*) {
         gemm<T>(false, true, rows, m, dk, T(1), q + (b * n + r0) * dk, dk, k + kb[b] * m * dk, dk, T(0), a, m);
         softmax_rows<T>(a, a, rows, m, factor, scaled);
     };

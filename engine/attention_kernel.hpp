@@ -1,6 +1,6 @@
 #pragma once
 // The fused attention step's backward (engine/attention_backward.cpp) for O = softmax(chain(Q·Kᵀ))·V,
-// the chain being Scales, ALiBi biases and Masks (causal, window, padding, a boolean tensor),
+// the chain being Scales, ALiBi biases, a Tanh and Masks (causal, window, padding, a boolean tensor),
 // by the forward's blocks of gemm_row_block query rows. The backward plan recomputes a
 // block's weights with the forward's own kernel (engine/fused_attention.hpp), so they have
 // the forward's bits.
@@ -19,10 +19,11 @@ namespace attngraph {
 
 /// @brief One node between S_raw and the softmax in a fused step's backward: a Scale, whose
 /// backward multiplies the gradient by its factor; a Mask, whose backward passes it where a
-/// key is kept (where it is masked A = 0, so dS = A ⊙ (...) is ±0 already); or an Alibi,
+/// key is kept (where it is masked A = 0, so dS = A ⊙ (...) is ±0 already); an Alibi,
 /// y = x − slopes[h]·|i + offset − j|, whose backward passes it and gives the slopes
-/// −Σ dy·|i + offset − j| (head h = batch mod heads).
-enum class ChainKind { scale, mask, alibi };
+/// −Σ dy·|i + offset − j| (head h = batch mod heads); or a Tanh (Gemma 2's softcapping),
+/// whose backward multiplies it by 1 − y², y recomputed with A (at most one Tanh a chain).
+enum class ChainKind { scale, mask, alibi, tanh };
 
 template <class T>
 struct ChainLink {
@@ -55,8 +56,10 @@ struct AttentionOperands {
     /// sets it to the forward's own kernel (AttentionKernel::weights,
     /// engine/fused_attention.hpp), which gives the forward's bits and applies the step's
     /// masks; attention_operands() sets softmax(c·Q·Kᵀ) by the engine's GEMM and softmax
-    /// kernel, on every key.
-    std::function<void(std::size_t b, std::size_t r0, std::size_t rows, std::size_t lo, std::size_t hi, T* a)> weights;
+    /// kernel, on every key. With a Tanh in the chain, `y` (else null) gets its output the
+    /// same way (columns [lo, hi), 0 where A is masked to 0).
+    std::function<void(std::size_t b, std::size_t r0, std::size_t rows, std::size_t lo, std::size_t hi, T* a, T* y)>
+        weights;
 };
 
 /// @brief The operands of q, k, v (shapes as in the legend; not checked here), for
@@ -86,7 +89,7 @@ struct AttentionGrads {
 /// the keys [lo, hi) that op.keys gives the step's rows, A from `a` (the forward's kept
 /// weights) or, when `a` is null, recomputed with op.weights block by block; then
 /// dV += Aᵀ·dO, dA = dO·Vᵀ, dS = A ⊙ (dA − rowsum(dA ⊙ A)), dS_raw = c_1·(...·(c_k · dS))
-/// over the chain's Scales (and the Alibi slopes' sums on the way), dQ += dS_raw·K,
+/// over the chain's Scales (a Tanh's 1 − y² among them, the Alibi slopes' sums on the way), dQ += dS_raw·K,
 /// dK += dS_rawᵀ·Q. Keys outside [lo, hi) have
 /// A = 0 and so contribute nothing (as long as dA is finite there), and the row sums give
 /// the whole row's bits (softmax_backward_dot). The steps of a batch add into dK and dV in

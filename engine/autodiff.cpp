@@ -39,7 +39,7 @@ Array<T> zeros_like_shape(const Shape& s) {
 }
 
 // A fused attention step of the forward plan (engine/optimize.hpp), O = softmax(chain(Q·Kᵀ))·V
-// with a chain of Scales, Alibis and Masks, whose backward runs as one task
+// with a chain of Scales, Alibis, Masks and a Tanh, whose backward runs as one task
 // (engine/attention_kernel.hpp): the scores and weights are internal to it, and recomputed
 // block by block when the forward did not keep A.
 struct AttentionGroup {
@@ -53,7 +53,7 @@ struct AttentionGroup {
         int value = -1;  // the node's output
         ChainLink<double> op;
     };
-    std::vector<Link> chain;  // the Scale, Alibi and Mask nodes from the softmax's input back to S_raw's reader
+    std::vector<Link> chain;  // the Scale, Alibi, Mask and Tanh nodes from the softmax's input back to S_raw's reader
     std::shared_ptr<const AttentionSpec> spec;  // the forward step's, to recompute A with its kernel
     std::vector<int> inputs;                    // the forward step's inputs (Q, K, V, mask tensors)
 };
@@ -102,17 +102,22 @@ std::vector<AttentionGroup> attention_groups(const Graph& g, const Plan& plan) {
     for (const Step& step : plan.steps) {
         if (step.kind != StepKind::attention || !step.attention) continue;
         const AttentionSpec& spec = *step.attention;
-        // the backward fuses a chain of Scales, ALiBi biases and Masks (patterns and boolean
-        // tensors), not gpt-oss's sinks, the Differential Transformer's two maps, biases,
-        // additive masks or softcapping: their nodes' own backward runs
+        // the backward fuses a chain of Scales, ALiBi biases, Masks (patterns and boolean
+        // tensors) and one Tanh (softcapping), not gpt-oss's sinks, the Differential
+        // Transformer's two maps, biases or additive masks: their nodes' own backward runs
         bool plain = !spec.sink && !spec.diff;
-        for (const ScoreStage& st : spec.stages)
+        std::size_t tanhs = 0;
+        for (const ScoreStage& st : spec.stages) {
+            tanhs += st.kind == ScoreStage::Kind::tanh;
             plain = plain && (st.kind == ScoreStage::Kind::scale || st.kind == ScoreStage::Kind::alibi ||
+                              st.kind == ScoreStage::Kind::tanh ||
                               (st.kind == ScoreStage::Kind::mask && st.mask_tensor != ScoreStage::MaskTensor::additive));
+        }
+        plain = plain && tanhs <= 1;
         for (int f : step.folded) {
             const Node& fn = nodes[static_cast<std::size_t>(f)];
             plain = plain && (fn.is<ops::Transpose>() || fn.is<ops::MatMul>() || fn.is<ops::Scale>() ||
-                              fn.is<ops::Alibi>() || fn.is<ops::Mask>() || fn.is<ops::Softmax>());
+                              fn.is<ops::Alibi>() || fn.is<ops::Mask>() || fn.is<ops::Tanh>() || fn.is<ops::Softmax>());
         }
         if (!plain) continue;
         AttentionGroup grp;
@@ -135,6 +140,8 @@ std::vector<AttentionGroup> attention_groups(const Graph& g, const Plan& plan) {
                 grp.chain.push_back({node, s_in, {Kind::alibi, 1.0, alibi->offset, x.end()[-3]}});
             } else if (link.is<ops::Mask>()) {
                 grp.chain.push_back({node, s_in, {Kind::mask}});
+            } else if (link.is<ops::Tanh>()) {
+                grp.chain.push_back({node, s_in, {Kind::tanh}});
             } else {
                 break;
             }
@@ -483,10 +490,15 @@ private:
             }
             return std::pair<std::size_t, std::size_t>{lo, hi};
         };
-        op.weights = [&](std::size_t b, std::size_t r0, std::size_t rows, std::size_t lo, std::size_t hi, T* a) {
+        // a Tanh's stage (the chain runs from the last stage back): its output goes to `y`
+        std::size_t tanh_stage = 0;
+        for (std::size_t i = 0; i < grp.chain.size(); ++i)
+            if (grp.chain[i].op.kind == ChainKind::tanh) tanh_stage = grp.chain.size() - 1 - i;
+        op.weights = [&](std::size_t b, std::size_t r0, std::size_t rows, std::size_t lo, std::size_t hi, T* a, T* y) {
             const auto blk = kernel.block(b, r0 / gemm_row_block);
             const auto scratch = std::make_unique_for_overwrite<T[]>(kernel.scratch_size());
-            const auto w = kernel.weights(blk, scratch.get(), Out<T>{});
+            const typename AttentionKernel<T>::Capture capture{tanh_stage, y ? y + lo : nullptr, op.m, lo, hi};
+            const auto w = kernel.weights(blk, scratch.get(), Out<T>{}, y ? &capture : nullptr);
             // the block's key span within [lo, hi), zeros around it
             const std::size_t from = blk.lo == blk.hi ? lo : blk.lo, to = blk.lo == blk.hi ? lo : blk.hi;
             for (std::size_t r = 0; r < rows; ++r) {

@@ -381,7 +381,8 @@ void AttentionKernel<T>::stage(const ScoreStage& st, const Block& blk, T* s, std
 }
 
 template <class T>
-typename AttentionKernel<T>::Weights AttentionKernel<T>::weights(const Block& blk, T* scratch, Out<T> kept) const {
+typename AttentionKernel<T>::Weights AttentionKernel<T>::weights(const Block& blk, T* scratch, Out<T> kept,
+                                                                 const Capture* capture) const {
     const AttentionSpec& spec = m_spec;
     const std::size_t count = spec.stages.size(), m = spec.m, dk = spec.dk;
     // the keys the block computes: those the softmax sees, and those a kept value shows
@@ -420,6 +421,15 @@ typename AttentionKernel<T>::Weights AttentionKernel<T>::weights(const Block& bl
         const ScoreStage& stage_ = spec.stages[st];
         if (st != folded && stage_.computes()) stage(stage_, blk, s, ld, c0, spec.level[st + 1]);
         if (!stage_.outputs.empty()) write(stage_.outputs, kept, blk, s, ld, c0, spec.level[st + 1], neg_inf);
+        if (capture && capture->stage == st)
+            for (std::size_t r = 0; r < blk.rows; ++r) {  // the row's span: what the softmax reads
+                T* out = capture->out + r * capture->ld;
+                const std::size_t lo = std::clamp(blk.row_lo[r], capture->lo, capture->hi),
+                                  hi = std::clamp(blk.row_hi[r], lo, capture->hi);
+                std::fill(out, out + (lo - capture->lo), T(0));
+                std::copy(s + r * ld + (lo - c0), s + r * ld + (hi - c0), out + (lo - capture->lo));
+                std::fill(out + (hi - capture->lo), out + (capture->hi - capture->lo), T(0));
+            }
     }
     // gpt-oss's sinks: each row's logit joins its softmax as column m (then its weight)
     T sinks[gemm_row_block];

@@ -203,10 +203,19 @@ public:
         const T* a;
         std::size_t lda;
     };
+    /// A stage's output over the block's rows for a backward that needs it (a Tanh's, whose
+    /// derivative reads it): row r's keys [lo, hi) at out[r·ld + j - lo], the row's span as
+    /// computed and zeros around it (the keys outside the row's span have A = 0).
+    struct Capture {
+        std::size_t stage = 0;
+        T* out = nullptr;
+        std::size_t ld = 0, lo = 0, hi = 0;
+    };
     /// @brief A of `blk` in `scratch` (rows × m elements). `kept`: the step's outputs, the
     /// kept values of the chain written for the block's rows; empty: nothing written (a
-    /// backward recomputing A gets the forward's bits either way).
-    Weights weights(const Block& blk, T* scratch, Out<T> kept) const;
+    /// backward recomputing A gets the forward's bits either way). `capture`: one stage's
+    /// output copied out on the way (null: none).
+    Weights weights(const Block& blk, T* scratch, Out<T> kept, const Capture* capture = nullptr) const;
     /// @brief O's rows of block (b, i) of O's matrix b: weights(), then o = A·V, or with `diff`
     /// the weights of both maps, A_diff and o = A_diff·V (o points at row i·gemm_row_block of
     /// O's matrix b).

@@ -76,8 +76,9 @@ std::size_t matrix_of(std::size_t b, const Shape& qbatch, const Shape& obatch) {
 }
 
 // keep(b, i, j): whether query i of Q's matrix b sees key j (a Mask; a row that sees none has
-// A = 0); `after`: a Scale after the Mask; an ALiBi bias between the Scale and the Mask:
-// S = after · (c · Q·Kᵀ − slopes[b mod h]·|i + offset − j|).
+// A = 0); `after`: a Scale after the Mask; an ALiBi bias and then softcapping between the
+// Scale and the Mask: z = c · Q·Kᵀ − slopes[b mod h]·|i + offset − j|,
+// S = after · cap·tanh(z / cap) (S = after · z without a cap).
 using Keep = std::function<bool(std::size_t b, std::size_t i, std::size_t j)>;
 struct AlibiBias {
     std::vector<double> slopes;  // empty: no bias
@@ -88,11 +89,17 @@ struct AlibiBias {
 };
 
 Reference reference(const Case& c, const Tensor& qt, const Tensor& kt, const Tensor& vt, const Tensor& gt,
-                    const Keep& keep = {}, double after = 1.0, const AlibiBias& alibi = {}) {
+                    const Keep& keep = {}, double after = 1.0, const AlibiBias& alibi = {}, double cap = 0) {
     const std::size_t n = c.q.end()[-2], dk = c.q.back(), m = c.k.end()[-2], dv = c.v.back();
     const Shape qb(c.q.begin(), c.q.end() - 2), kb(c.k.begin(), c.k.end() - 2), vb(c.v.begin(), c.v.end() - 2);
     const std::size_t batches = element_count(qb);
-    const double f = (c.scaled ? factor_of(c) : 1.0) * after;
+    const double f = c.scaled ? factor_of(c) : 1.0;
+    // S = after · capped(z) and dS/dz
+    auto capped = [&](double z) { return after * (cap > 0 ? cap * std::tanh(z / cap) : z); };
+    auto slope = [&](double z) {
+        const double t = cap > 0 ? std::tanh(z / cap) : 0.0;
+        return after * (1.0 - t * t);
+    };
     Reference r;
     r.dq.assign(qt.size(), 0.0);
     r.dk.assign(kt.size(), 0.0);
@@ -101,7 +108,7 @@ Reference reference(const Case& c, const Tensor& qt, const Tensor& kt, const Ten
     for (std::size_t b = 0; b < batches; ++b) {
         const std::size_t h = alibi.slopes.empty() ? 0 : b % alibi.slopes.size();
         auto bias = [&](std::size_t i, std::size_t j) {
-            return alibi.slopes.empty() ? 0.0 : after * alibi.slopes[h] * alibi.distance(i, j);
+            return alibi.slopes.empty() ? 0.0 : alibi.slopes[h] * alibi.distance(i, j);
         };
         const std::size_t kj = matrix_of(b, qb, kb), vj = matrix_of(b, qb, vb);
         auto Q = [&](std::size_t i, std::size_t d) { return qt.at_flat((b * n + i) * dk + d); };
@@ -109,13 +116,14 @@ Reference reference(const Case& c, const Tensor& qt, const Tensor& kt, const Ten
         auto V = [&](std::size_t j, std::size_t d) { return vt.at_flat((vj * m + j) * dv + d); };
         auto G = [&](std::size_t i, std::size_t d) { return gt.at_flat((b * n + i) * dv + d); };
         for (std::size_t i = 0; i < n; ++i) {
-            std::vector<double> s(m), a(m), da(m);
+            std::vector<double> z(m), s(m), a(m), da(m);
             double mx = -INFINITY, sum = 0;
             for (std::size_t j = 0; j < m; ++j) {
                 if (keep && !keep(b, i, j)) continue;
                 double dot = 0;
                 for (std::size_t d = 0; d < dk; ++d) dot += Q(i, d) * K(j, d);
-                s[j] = f * dot - bias(i, j);
+                z[j] = f * dot - bias(i, j);
+                s[j] = capped(z[j]);
                 mx = std::max(mx, s[j]);
             }
             if (mx == -INFINITY) continue;  // no key: A = 0, O = 0
@@ -136,8 +144,8 @@ Reference reference(const Case& c, const Tensor& qt, const Tensor& kt, const Ten
             }
             for (std::size_t j = 0; j < m; ++j) {
                 if (!seen[j]) continue;
-                const double ds = f * a[j] * (da[j] - rowdot);
-                if (!alibi.slopes.empty()) r.dslopes[h] -= after * a[j] * (da[j] - rowdot) * alibi.distance(i, j);
+                const double dz = slope(z[j]) * a[j] * (da[j] - rowdot), ds = f * dz;
+                if (!alibi.slopes.empty()) r.dslopes[h] -= dz * alibi.distance(i, j);
                 for (std::size_t d = 0; d < dk; ++d) {
                     r.dq[(b * n + i) * dk + d] += ds * K(j, d);
                     r.dk[(kj * m + j) * dk + d] += ds * Q(i, d);
@@ -376,6 +384,7 @@ struct MaskCase {
     double after = 1.0;             // a Scale after the Mask (1: none)
     std::vector<double> alibi{};    // an ALiBi bias's slopes, one per head (axis -3), between Scale and Mask
     int alibi_offset = 0;
+    double softcap = 0;             // > 0: Gemma 2's cap·tanh(S / cap) after the ALiBi bias, before the Mask
 };
 
 // the tensor's keep value at (i, j) of its last two axes: about 7 keys in 10, and none for
@@ -405,6 +414,8 @@ Graph masked_graph(const MaskCase& mc, DType dtype) {
         for (std::size_t h = 0; h < mc.alibi.size(); ++h) slopes.as<double>()(h) = mc.alibi[h];
         s = alibi(s, g.param("alibi_slopes", slopes.cast(dtype)), mc.alibi_offset).named("S_alibi");
     }
+    if (mc.softcap > 0)  // as graphs/flex_mods.hpp's softcap
+        s = scale(tanh(scale(s, 1.0 / mc.softcap).named("S_div")).named("S_tanh"), mc.softcap).named("S_capped");
     if (!mc.keep.empty()) {
         Value keep = g.input("keep", keep_tensor(mc.keep, dtype));
         s = mask_tensor(s, keep, false, mc.pattern == "causal", mc.from_end ? causal_from_end : mc.offset);
@@ -461,6 +472,16 @@ const std::vector<MaskCase> masked_cases = {
      .after = 0.5,
      .alibi = {0.3, 0.05},
      .alibi_offset = 5},
+    // softcapping (the softcap variant) under a causal mask with a cap that bends the scores
+    // (|z| up to about 4 against 3); a window, an ALiBi bias before and a Scale after; GQA
+    {.c = {{2, 3, 200, 16}, {2, 3, 200, 16}, {2, 3, 200, 16}, true}, .pattern = "causal", .softcap = 3.0},
+    {.c = {{2, 2, 300, 8}, {2, 2, 300, 8}, {2, 2, 300, 8}, true},
+     .pattern = "window",
+     .window = 40,
+     .after = 0.5,
+     .alibi = {0.3, 0.05},
+     .softcap = 2.0},
+    {.c = {{2, 2, 2, 150, 8}, {2, 2, 1, 150, 8}, {2, 2, 1, 150, 8}, true}, .pattern = "causal", .softcap = 1.5},
 };
 
 // the gradients every masked case is checked on: Q, K, V, and the ALiBi slopes when there are
@@ -484,7 +505,7 @@ BOOST_DATA_TEST_CASE(masked_fused_backward_matches_a_plain_loop_reference, bdata
     };
     const Reference ref =
         reference(mc.c, data("Q"), data("K"), data("V"), grad_of_y(mc.c, DType::f32).cast(DType::f64), keep_of(mc),
-                  mc.after, {mc.alibi, mc.alibi_offset});
+                  mc.after, {mc.alibi, mc.alibi_offset}, mc.softcap);
     for (const Run* r : {&fused, &plain}) BOOST_TEST_CONTEXT((r == &fused ? "fused" : "plain")) {
             BOOST_TEST(rel_error(r->grads.at("Q"), ref.dq) <= 2e-5);
             BOOST_TEST(rel_error(r->grads.at("K"), ref.dk) <= 2e-5);
@@ -492,7 +513,7 @@ BOOST_DATA_TEST_CASE(masked_fused_backward_matches_a_plain_loop_reference, bdata
             if (!mc.alibi.empty()) BOOST_TEST(rel_error(r->grads.at("alibi_slopes"), ref.dslopes) <= 2e-5);
         }
     // the fused backward ran: the untraced forward kept none of the n×m values
-    for (const char* name : {"S_raw", "S", "S_alibi", "S_masked", "A"})
+    for (const char* name : {"S_raw", "S", "S_alibi", "S_div", "S_tanh", "S_capped", "S_masked", "A"})
         if (g.find(name) >= 0) BOOST_TEST(!fused.forward.values[static_cast<std::size_t>(g.at(name))], name);
 }
 
