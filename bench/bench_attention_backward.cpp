@@ -32,7 +32,7 @@ void attention_backward_heads(benchmark::State& state, bool kept) {
         for (std::size_t b = 0; b < heads; ++b)
             for (std::size_t r0 = 0; r0 < n; r0 += 128) {
                 float* blk = a.data() + (b * n + r0) * n;
-                op.weights(b, r0, std::min<std::size_t>(128, n - r0), 0, n, blk, nullptr);
+                op.weights(b, r0, std::min<std::size_t>(128, n - r0), 0, n, blk, nullptr, nullptr);
             }
     }
     Array<float> dq = Array<float>::from_shape(s), dkv = Array<float>::from_shape(s), dv = Array<float>::from_shape(s);

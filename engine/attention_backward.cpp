@@ -95,12 +95,17 @@ void backward_blocks(const AttentionOperands<T>& op, const T* a_kept, const T* d
     const auto wanted = [](const std::vector<T*>& ps) {
         return std::any_of(ps.begin(), ps.end(), [](const T* p) { return p != nullptr; });
     };
-    const bool chain_traced = wanted(g.chain), slopes_wanted = wanted(g.slopes);
-    // a Tanh's backward reads its output: recomputed with A (also when A was kept)
+    // (S_sinks' gradient shows dS before the chain, as a value of the chain does)
+    const bool chain_traced = wanted(g.chain) || g.s_sinks, slopes_wanted = wanted(g.slopes);
+    // a Tanh's backward reads its output, the sink column its weights: recomputed with A (also
+    // when A was kept)
     const bool has_tanh = std::any_of(op.chain.begin(), op.chain.end(),
                                       [](const ChainLink<T>& link) { return link.kind == Kind::tanh; });
-    const bool recompute = !a_kept || has_tanh;
-    const bool need_ds = g.dq || g.dk || g.ds_raw || g.da || chain_traced || slopes_wanted;
+    const bool sinks = !op.sink_of.empty();
+    const bool recompute = !a_kept || has_tanh || sinks;
+    const bool sink_traced = g.s_sink || g.s_zero || g.s_first;
+    const bool full_da = g.da || g.a_sinks;  // traced: whole rows of dA
+    const bool need_ds = g.dq || g.dk || g.ds_raw || full_da || chain_traced || slopes_wanted || g.sink || sink_traced;
     // the chain's first Scale from the softmax's input back, applied in the softmax backward's
     // pass when only Masks come before it (they pass dS as it is; an Alibi's slopes read it)
     // and no value of the chain is asked for (the same roundings either way)
@@ -111,11 +116,14 @@ void backward_blocks(const AttentionOperands<T>& op, const T* a_kept, const T* d
     // after the tasks, in batch order
     const std::size_t links = op.chain.size();
     std::vector<double> slope_sums(slopes_wanted ? op.batches * links : 0, 0.0);
+    // the sink logits': each batch's sum of dS_sink (in double), added after the tasks in batch order
+    std::vector<double> sink_sums(g.sink ? op.batches : 0, 0.0);
     // a batch per task: its steps add into its dK and dV in step order
     parallel_chunks(op.batches, 1, [&](std::size_t b0, std::size_t b1) {
         const std::size_t rows_max = std::min(n, step_rows);
         std::vector<T> a_block(recompute ? rows_max * m : 0), ds_block(need_ds ? rows_max * m : 0),
-            da_rows(g.da ? rows_max * m : 0), y_block(has_tanh ? rows_max * m : 0);
+            da_rows(full_da ? rows_max * m : 0), y_block(has_tanh ? rows_max * m : 0),
+            sink_w(sinks ? rows_max : 0), dots(sinks ? rows_max : 0);
         for (std::size_t b = b0; b < b1; ++b) {
             const T* k = op.k + op.kb[b] * m * dk;
             const T* v = op.v + op.vb[b] * m * dv;
@@ -133,7 +141,7 @@ void backward_blocks(const AttentionOperands<T>& op, const T* a_kept, const T* d
                 if (recompute && width > 0)  // the forward's blocks, one by one
                     for (std::size_t f0 = 0; f0 < rows; f0 += gemm_row_block)
                         op.weights(b, r0 + f0, std::min(gemm_row_block, rows - f0), lo, hi, a_block.data() + f0 * m,
-                                   has_tanh ? y_block.data() + f0 * m : nullptr);
+                                   has_tanh ? y_block.data() + f0 * m : nullptr, sinks ? sink_w.data() + f0 : nullptr);
                 // O_blk = A·V:  dV += Aᵀ·dO_blk (m, dv),  dA = dO_blk·Vᵀ (rows, m)
                 if (dv_b && width > 0)
                     gemm<T>(true, false, width, dv, rows, T(1), a + lo, m, do_blk, dv, T(1), dv_b + lo * dv, dv);
@@ -143,13 +151,16 @@ void backward_blocks(const AttentionOperands<T>& op, const T* a_kept, const T* d
                     gemm<T>(false, true, rows, width, dv, T(1), do_blk, dv, v + lo * dv, dv, T(0), ds + lo, m);
                 // traced: whole rows, the keys outside [lo, hi) by calls of their own (one call over
                 // the row would cut its columns elsewhere and could change dS's bits)
-                if (g.da) {
+                if (full_da) {
                     T* full = da_rows.data();
                     if (lo > 0) gemm<T>(false, true, rows, lo, dv, T(1), do_blk, dv, v, dv, T(0), full, m);
                     if (hi < m)
                         gemm<T>(false, true, rows, m - hi, dv, T(1), do_blk, dv, v + hi * dv, dv, T(0), full + hi, m);
                     for (std::size_t r = 0; r < rows; ++r) std::copy(ds + r * m + lo, ds + r * m + hi, full + r * m + lo);
-                    add_into(g.da + at, full, rows * m);
+                    if (g.da) add_into(g.da + at, full, rows * m);
+                    if (g.a_sinks)  // [dA | 0], rows of m + 1
+                        for (std::size_t r = 0; r < rows; ++r)
+                            add_into(g.a_sinks + (b * n + r0 + r) * (m + 1), full + r * m, m);
                 }
                 if (width == 0) continue;  // every row fully masked: dS = 0
                 // A = softmax(S):  dS = A ⊙ (dA − rowsum(dA ⊙ A)), as the Softmax op's backward
@@ -160,12 +171,29 @@ void backward_blocks(const AttentionOperands<T>& op, const T* a_kept, const T* d
                     const T* ar = a + r * m + lo;
                     T* dr = ds + r * m + lo;
                     const T dot = softmax_backward_dot(ar, dr, width);
+                    if (sinks) dots[r] = dot;
                     if (scale_now) {
                         const T c = first_scale->factor;
                         for (std::size_t j = 0; j < width; ++j) dr[j] = c * (ar[j] * (dr[j] - dot));
                     } else {
                         for (std::size_t j = 0; j < width; ++j) dr[j] = ar[j] * (dr[j] - dot);
                     }
+                }
+                if (sinks) {  // the sink column: dS_sink = a_sink·(0 − rowsum), as the Softmax op's backward
+                    double sum = 0;
+                    for (std::size_t r = 0; r < rows; ++r) {
+                        const T d = sink_w[r] * (T(0) - dots[r]);
+                        sum += static_cast<double>(d);
+                        const std::size_t row = b * n + r0 + r;
+                        if (g.s_sinks) {
+                            add_into(g.s_sinks + row * (m + 1) + lo, ds + r * m + lo, width);
+                            g.s_sinks[row * (m + 1) + m] += d;
+                        }
+                        if (g.s_sink) g.s_sink[row] += d;
+                        if (g.s_zero) g.s_zero[row] += d;
+                        if (g.s_first) g.s_first[row] += T(0) * d;  // S_zero = 0·S_first
+                    }
+                    if (g.sink) sink_sums[b] += sum;
                 }
                 for (std::size_t i = 0; i < links; ++i) {
                     const ChainLink<T>& link = op.chain[i];
@@ -206,6 +234,7 @@ void backward_blocks(const AttentionOperands<T>& op, const T* a_kept, const T* d
     });
     dk_of.add_parts();
     dv_of.add_parts();
+    for (std::size_t b = 0; b < sink_sums.size(); ++b) g.sink[op.sink_of[b]] += static_cast<T>(sink_sums[b]);
     for (std::size_t i = 0; i < links && slopes_wanted; ++i)
         if (i < g.slopes.size() && g.slopes[i])
             for (std::size_t b = 0; b < op.batches; ++b)
@@ -260,7 +289,7 @@ AttentionOperands<T> attention_operands(const Array<T>& q, const Array<T>& k, co
     op.keys = [m = op.m](std::size_t, std::size_t, std::size_t) { return std::pair<std::size_t, std::size_t>{0, m}; };
     // every key: whole rows, whatever [lo, hi) is asked for
     op.weights = [q = op.q, k = op.k, kb = op.kb, n = op.n, m = op.m, dk = op.dk, factor, scaled](
-                     std::size_t b, std::size_t r0, std::size_t rows, std::size_t, std::size_t, T* a, T*) {
+                     std::size_t b, std::size_t r0, std::size_t rows, std::size_t, std::size_t, T* a, T*, T*) {
         gemm<T>(false, true, rows, m, dk, T(1), q + (b * n + r0) * dk, dk, k + kb[b] * m * dk, dk, T(0), a, m);
         softmax_rows<T>(a, a, rows, m, factor, scaled);
     };

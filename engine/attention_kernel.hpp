@@ -1,7 +1,8 @@
 #pragma once
 // The fused attention step's backward (engine/attention_backward.cpp) for O = softmax(chain(Q·Kᵀ))·V,
-// the chain being Scales, ALiBi biases, a Tanh and Masks (causal, window, padding, a boolean tensor),
-// by the forward's blocks of gemm_row_block query rows. The backward plan recomputes a
+// the chain being Scales, ALiBi biases, a Tanh and Masks (causal, window, padding, a boolean
+// tensor), maybe with gpt-oss's sink column in the softmax, by the forward's blocks of
+// gemm_row_block query rows. The backward plan recomputes a
 // block's weights with the forward's own kernel (engine/fused_attention.hpp), so they have
 // the forward's bits.
 //
@@ -57,9 +58,15 @@ struct AttentionOperands {
     /// engine/fused_attention.hpp), which gives the forward's bits and applies the step's
     /// masks; attention_operands() sets softmax(c·Q·Kᵀ) by the engine's GEMM and softmax
     /// kernel, on every key. With a Tanh in the chain, `y` (else null) gets its output the
-    /// same way (columns [lo, hi), 0 where A is masked to 0).
-    std::function<void(std::size_t b, std::size_t r0, std::size_t rows, std::size_t lo, std::size_t hi, T* a, T* y)>
+    /// same way (columns [lo, hi), 0 where A is masked to 0); with sinks, `sink` (else null)
+    /// each row's sink weight.
+    std::function<void(std::size_t b, std::size_t r0, std::size_t rows, std::size_t lo, std::size_t hi, T* a, T* y,
+                       T* sink)>
         weights;
+    /// gpt-oss's sinks (engine/fused_attention.hpp, SinkColumn, with S_zero = 0·S_first): each
+    /// row's softmax has one more column, the sink logit of batch b's element sink_of[b] of
+    /// the sink operand (one per matrix: the same for every row). Empty: no sinks.
+    std::vector<std::size_t> sink_of;
 };
 
 /// @brief The operands of q, k, v (shapes as in the legend; not checked here), for
@@ -82,13 +89,23 @@ struct AttentionGrads {
     T* da = nullptr;
     std::vector<T*> chain;
     std::vector<T*> slopes;
+    /// With sinks: the sink operand's gradient (+= each row's dS_sink = a_sink·(0 − rowsum),
+    /// summed per batch in double and added in batch order); traced, A_sinks' and S_sinks'
+    /// (batch, n, m + 1), S_sink's and S_zero's (batch, n, 1: dS_sink) and S_first's (0·dS_sink).
+    T* sink = nullptr;
+    T* a_sinks = nullptr;
+    T* s_sinks = nullptr;
+    T* s_sink = nullptr;
+    T* s_zero = nullptr;
+    T* s_first = nullptr;
 };
 
 /// @brief The backward of O = softmax(chain(Q·Kᵀ))·V, FlashAttention-2 style: per step of query
 /// rows (a few of the forward's blocks, as many as a fixed budget of n×m values allows), on
 /// the keys [lo, hi) that op.keys gives the step's rows, A from `a` (the forward's kept
 /// weights) or, when `a` is null, recomputed with op.weights block by block; then
-/// dV += Aᵀ·dO, dA = dO·Vᵀ, dS = A ⊙ (dA − rowsum(dA ⊙ A)), dS_raw = c_1·(...·(c_k · dS))
+/// dV += Aᵀ·dO, dA = dO·Vᵀ, dS = A ⊙ (dA − rowsum(dA ⊙ A)) (a sink column: a_sink·(0 − rowsum)),
+/// dS_raw = c_1·(...·(c_k · dS))
 /// over the chain's Scales (a Tanh's 1 − y² among them, the Alibi slopes' sums on the way), dQ += dS_raw·K,
 /// dK += dS_rawᵀ·Q. Keys outside [lo, hi) have
 /// A = 0 and so contribute nothing (as long as dA is finite there), and the row sums give

@@ -39,9 +39,9 @@ Array<T> zeros_like_shape(const Shape& s) {
 }
 
 // A fused attention step of the forward plan (engine/optimize.hpp), O = softmax(chain(Q·Kᵀ))·V
-// with a chain of Scales, Alibis, Masks and a Tanh, whose backward runs as one task
-// (engine/attention_kernel.hpp): the scores and weights are internal to it, and recomputed
-// block by block when the forward did not keep A.
+// with a chain of Scales, Alibis, Masks and a Tanh (and maybe gpt-oss's sink column), whose
+// backward runs as one task (engine/attention_kernel.hpp): the scores and weights are
+// internal to it, and recomputed block by block when the forward did not keep A.
 struct AttentionGroup {
     std::size_t o_node = 0;            // the MatMul writing O: the group's task stands there
     std::vector<std::size_t> members;  // the nodes it covers (the Transpose too when KT is folded)
@@ -56,6 +56,11 @@ struct AttentionGroup {
     std::vector<Link> chain;  // the Scale, Alibi, Mask and Tanh nodes from the softmax's input back to S_raw's reader
     std::shared_ptr<const AttentionSpec> spec;  // the forward step's, to recompute A with its kernel
     std::vector<int> inputs;                    // the forward step's inputs (Q, K, V, mask tensors)
+    // gpt-oss's sinks (engine/fused_attention.hpp, SinkColumn): A = Slice(A_sinks), A_sinks =
+    // Softmax(S_sinks), S_sinks = Concat(S, S_sink), S_sink = Add(S_zero, bias), S_zero =
+    // Scale(S_first) by 0, S_first = Slice(S_raw); value ids, -1 without sinks
+    int a_sinks = -1, s_sinks = -1, s_sink = -1, s_zero = -1, s_first = -1;
+    std::size_t sink_add = 0, sink_slot = 0;  // the Add and the bias's input slot
 };
 
 // A linear_group step of the forward plan: Linear nodes reading the same x (the heads' Q, K,
@@ -103,9 +108,13 @@ std::vector<AttentionGroup> attention_groups(const Graph& g, const Plan& plan) {
         if (step.kind != StepKind::attention || !step.attention) continue;
         const AttentionSpec& spec = *step.attention;
         // the backward fuses a chain of Scales, ALiBi biases, Masks (patterns and boolean
-        // tensors) and one Tanh (softcapping), not gpt-oss's sinks, the Differential
-        // Transformer's two maps, biases or additive masks: their nodes' own backward runs
-        bool plain = !spec.sink && !spec.diff;
+        // tensors) and one Tanh (softcapping), with or without gpt-oss's sinks (a sink logit
+        // per matrix, S_zero = 0·S_first), not the Differential Transformer's two maps, biases
+        // or additive masks: their nodes' own backward runs
+        const bool sink_fuses =
+            spec.sink && spec.sink->factor == 0.0 &&
+            (spec.sink->shape.size() < 2 || spec.sink_strides.size() < 2 || spec.sink_strides.end()[-2] == 0);
+        bool plain = (!spec.sink || sink_fuses) && !spec.diff;
         std::size_t tanhs = 0;
         for (const ScoreStage& st : spec.stages) {
             tanhs += st.kind == ScoreStage::Kind::tanh;
@@ -117,7 +126,8 @@ std::vector<AttentionGroup> attention_groups(const Graph& g, const Plan& plan) {
         for (int f : step.folded) {
             const Node& fn = nodes[static_cast<std::size_t>(f)];
             plain = plain && (fn.is<ops::Transpose>() || fn.is<ops::MatMul>() || fn.is<ops::Scale>() ||
-                              fn.is<ops::Alibi>() || fn.is<ops::Mask>() || fn.is<ops::Tanh>() || fn.is<ops::Softmax>());
+                              fn.is<ops::Alibi>() || fn.is<ops::Mask>() || fn.is<ops::Tanh>() || fn.is<ops::Softmax>() ||
+                              (spec.sink && (fn.is<ops::Slice>() || fn.is<ops::Concat>() || fn.is<ops::Add>())));
         }
         if (!plain) continue;
         AttentionGroup grp;
@@ -129,6 +139,17 @@ std::vector<AttentionGroup> attention_groups(const Graph& g, const Plan& plan) {
         grp.a = o.inputs[0];
         grp.v = o.inputs[1];
         int s_in = producer(grp.a).inputs[0];  // the softmax's input, then back along the chain
+        if (spec.sink) {  // the forward matched these nodes (engine/optimize.cpp, match_sinks)
+            grp.a_sinks = s_in;
+            grp.s_sinks = producer(grp.a_sinks).inputs[0];
+            const Node& concat = producer(grp.s_sinks);
+            s_in = concat.inputs[0];
+            grp.s_sink = concat.inputs[1];
+            grp.sink_add = static_cast<std::size_t>(g.value(grp.s_sink).producer);
+            grp.sink_slot = spec.sink->bias_first ? 0 : 1;
+            grp.s_zero = nodes[grp.sink_add].inputs[1 - grp.sink_slot];
+            grp.s_first = producer(grp.s_zero).inputs[0];
+        }
         for (;;) {
             const Node& link = producer(s_in);
             const auto node = static_cast<std::size_t>(g.value(s_in).producer);
@@ -163,6 +184,8 @@ std::vector<AttentionGroup> attention_groups(const Graph& g, const Plan& plan) {
         bool seeded = is_output[static_cast<std::size_t>(grp.s_raw)] || is_output[static_cast<std::size_t>(grp.a)] ||
                       (kt_folded && is_output[static_cast<std::size_t>(kt)]);
         for (const AttentionGroup::Link& link : grp.chain) seeded = seeded || is_output[static_cast<std::size_t>(link.value)];
+        for (int id : {grp.a_sinks, grp.s_sinks, grp.s_sink, grp.s_zero, grp.s_first})
+            seeded = seeded || (id >= 0 && is_output[static_cast<std::size_t>(id)]);
         if (!seeded) groups.push_back(std::move(grp));
     }
     return groups;
@@ -494,11 +517,12 @@ private:
         std::size_t tanh_stage = 0;
         for (std::size_t i = 0; i < grp.chain.size(); ++i)
             if (grp.chain[i].op.kind == ChainKind::tanh) tanh_stage = grp.chain.size() - 1 - i;
-        op.weights = [&](std::size_t b, std::size_t r0, std::size_t rows, std::size_t lo, std::size_t hi, T* a, T* y) {
+        op.weights = [&](std::size_t b, std::size_t r0, std::size_t rows, std::size_t lo, std::size_t hi, T* a, T* y,
+                         T* sink) {
             const auto blk = kernel.block(b, r0 / gemm_row_block);
             const auto scratch = std::make_unique_for_overwrite<T[]>(kernel.scratch_size());
-            const typename AttentionKernel<T>::Capture capture{tanh_stage, y ? y + lo : nullptr, op.m, lo, hi};
-            const auto w = kernel.weights(blk, scratch.get(), Out<T>{}, y ? &capture : nullptr);
+            const typename AttentionKernel<T>::Capture capture{tanh_stage, y ? y + lo : nullptr, op.m, lo, hi, sink};
+            const auto w = kernel.weights(blk, scratch.get(), Out<T>{}, y || sink ? &capture : nullptr);
             // the block's key span within [lo, hi), zeros around it
             const std::size_t from = blk.lo == blk.hi ? lo : blk.lo, to = blk.lo == blk.hi ? lo : blk.hi;
             for (std::size_t r = 0; r < rows; ++r) {
@@ -535,6 +559,17 @@ private:
             g.slopes.push_back(slopes ? slopes->data() : nullptr);
         }
         g.da = internal(grp.a);
+        if (grp.a_sinks >= 0) {
+            const SinkColumn& sc = *grp.spec->sink;
+            for (std::size_t b = 0; b < op.batches; ++b)  // the sink logit of each matrix (of its row 0)
+                op.sink_of.push_back(ops::broadcast_offset(b * op.n, sc.shape, grp.spec->sink_strides));
+            if (Array<T>* bias = input_grad(grp.sink_add, grp.sink_slot)) g.sink = bias->data();
+            g.a_sinks = internal(grp.a_sinks);
+            g.s_sinks = internal(grp.s_sinks);
+            g.s_sink = internal(grp.s_sink);
+            g.s_zero = internal(grp.s_zero);
+            g.s_first = internal(grp.s_first);
+        }
         for (const AttentionGroup::Link& link : grp.chain)  // a Mask's boolean tensor: its gradient stays 0
             if (link.op.kind == ChainKind::mask && nodes[link.node].inputs.size() == 2) input_grad(link.node, 1);
         allocate(at(grp.o));

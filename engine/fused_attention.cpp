@@ -421,7 +421,7 @@ typename AttentionKernel<T>::Weights AttentionKernel<T>::weights(const Block& bl
         const ScoreStage& stage_ = spec.stages[st];
         if (st != folded && stage_.computes()) stage(stage_, blk, s, ld, c0, spec.level[st + 1]);
         if (!stage_.outputs.empty()) write(stage_.outputs, kept, blk, s, ld, c0, spec.level[st + 1], neg_inf);
-        if (capture && capture->stage == st)
+        if (capture && capture->out && capture->stage == st)
             for (std::size_t r = 0; r < blk.rows; ++r) {  // the row's span: what the softmax reads
                 T* out = capture->out + r * capture->ld;
                 const std::size_t lo = std::clamp(blk.row_lo[r], capture->lo, capture->hi),
@@ -441,6 +441,7 @@ typename AttentionKernel<T>::Weights AttentionKernel<T>::weights(const Block& bl
     const T factor = spec.fold_scale ? static_cast<T>(spec.stages[folded].factor) : T(1);
     softmax_spans<T>(s, ld, s, ld, c0, blk.rows, blk.row_lo.data(), blk.row_hi.data(), spec.sink ? m + 1 : m, factor,
                      spec.fold_scale, spec.sink ? sinks : nullptr);
+    if (spec.sink && capture && capture->sink) std::copy(sinks, sinks + blk.rows, capture->sink);
     // zero weight for the keys of [lo, hi) outside a row's span (the A·V product reads them)
     for (std::size_t r = 0; r < blk.rows && blk.lo < blk.hi; ++r) {
         T* row = s + r * ld;

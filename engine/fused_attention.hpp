@@ -203,13 +203,15 @@ public:
         const T* a;
         std::size_t lda;
     };
-    /// A stage's output over the block's rows for a backward that needs it (a Tanh's, whose
-    /// derivative reads it): row r's keys [lo, hi) at out[r·ld + j - lo], the row's span as
-    /// computed and zeros around it (the keys outside the row's span have A = 0).
+    /// What a backward needs besides A: a stage's output over the block's rows (a Tanh's,
+    /// whose derivative reads it; `out` null: none), row r's keys [lo, hi) at
+    /// out[r·ld + j - lo], the row's span as computed and zeros around it (the keys outside
+    /// the row's span have A = 0); and with sinks, each row's sink weight into `sink`.
     struct Capture {
         std::size_t stage = 0;
         T* out = nullptr;
         std::size_t ld = 0, lo = 0, hi = 0;
+        T* sink = nullptr;
     };
     /// @brief A of `blk` in `scratch` (rows × m elements). `kept`: the step's outputs, the
     /// kept values of the chain written for the block's rows; empty: nothing written (a

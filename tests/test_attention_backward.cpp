@@ -58,6 +58,7 @@ Shape y_shape(const Case& c) {
 struct Reference {
     std::vector<double> dq, dk, dv;
     std::vector<double> dslopes;  // with an ALiBi bias
+    std::vector<double> dsinks;   // with sinks
 };
 
 std::size_t matrix_of(std::size_t b, const Shape& qbatch, const Shape& obatch) {
@@ -78,7 +79,8 @@ std::size_t matrix_of(std::size_t b, const Shape& qbatch, const Shape& obatch) {
 // keep(b, i, j): whether query i of Q's matrix b sees key j (a Mask; a row that sees none has
 // A = 0); `after`: a Scale after the Mask; an ALiBi bias and then softcapping between the
 // Scale and the Mask: z = c · Q·Kᵀ − slopes[b mod h]·|i + offset − j|,
-// S = after · cap·tanh(z / cap) (S = after · z without a cap).
+// S = after · cap·tanh(z / cap) (S = after · z without a cap). `sinks`: gpt-oss's sink logit
+// of head b mod h as one more column of each row's softmax, its weight dropped.
 using Keep = std::function<bool(std::size_t b, std::size_t i, std::size_t j)>;
 struct AlibiBias {
     std::vector<double> slopes;  // empty: no bias
@@ -89,7 +91,8 @@ struct AlibiBias {
 };
 
 Reference reference(const Case& c, const Tensor& qt, const Tensor& kt, const Tensor& vt, const Tensor& gt,
-                    const Keep& keep = {}, double after = 1.0, const AlibiBias& alibi = {}, double cap = 0) {
+                    const Keep& keep = {}, double after = 1.0, const AlibiBias& alibi = {}, double cap = 0,
+                    const std::vector<double>& sinks = {}) {
     const std::size_t n = c.q.end()[-2], dk = c.q.back(), m = c.k.end()[-2], dv = c.v.back();
     const Shape qb(c.q.begin(), c.q.end() - 2), kb(c.k.begin(), c.k.end() - 2), vb(c.v.begin(), c.v.end() - 2);
     const std::size_t batches = element_count(qb);
@@ -105,6 +108,7 @@ Reference reference(const Case& c, const Tensor& qt, const Tensor& kt, const Ten
     r.dk.assign(kt.size(), 0.0);
     r.dv.assign(vt.size(), 0.0);
     r.dslopes.assign(alibi.slopes.size(), 0.0);
+    r.dsinks.assign(sinks.size(), 0.0);
     for (std::size_t b = 0; b < batches; ++b) {
         const std::size_t h = alibi.slopes.empty() ? 0 : b % alibi.slopes.size();
         auto bias = [&](std::size_t i, std::size_t j) {
@@ -126,8 +130,11 @@ Reference reference(const Case& c, const Tensor& qt, const Tensor& kt, const Ten
                 s[j] = capped(z[j]);
                 mx = std::max(mx, s[j]);
             }
-            if (mx == -INFINITY) continue;  // no key: A = 0, O = 0
+            if (mx == -INFINITY) continue;  // no key: A = 0, O = 0 (a sink takes all the weight)
+            const double sink = sinks.empty() ? 0.0 : sinks[b % sinks.size()];
+            if (!sinks.empty()) mx = std::max(mx, sink);
             for (std::size_t j = 0; j < m; ++j) sum += a[j] = keep && !keep(b, i, j) ? 0.0 : std::exp(s[j] - mx);
+            if (!sinks.empty()) sum += std::exp(sink - mx);
             double rowdot = 0;
             std::vector<bool> seen(m);  // the keys the row sees (a masked key adds nothing)
             for (std::size_t j = 0; j < m; ++j) {
@@ -142,6 +149,7 @@ Reference reference(const Case& c, const Tensor& qt, const Tensor& kt, const Ten
                 da[j] = d_a;
                 rowdot += a[j] * d_a;
             }
+            if (!sinks.empty()) r.dsinks[b % sinks.size()] += std::exp(sink - mx) / sum * (0.0 - rowdot);
             for (std::size_t j = 0; j < m; ++j) {
                 if (!seen[j]) continue;
                 const double dz = slope(z[j]) * a[j] * (da[j] - rowdot), ds = f * dz;
@@ -385,6 +393,7 @@ struct MaskCase {
     std::vector<double> alibi{};    // an ALiBi bias's slopes, one per head (axis -3), between Scale and Mask
     int alibi_offset = 0;
     double softcap = 0;             // > 0: Gemma 2's cap·tanh(S / cap) after the ALiBi bias, before the Mask
+    std::vector<double> sinks{};    // gpt-oss's sink logits, one per head (axis -3), as the sinks variant
 };
 
 // the tensor's keep value at (i, j) of its last two axes: about 7 keys in 10, and none for
@@ -408,7 +417,8 @@ Graph masked_graph(const MaskCase& mc, DType dtype) {
     Value q = g.input("Q", graphs::random_tensor(c.q, dtype, 1, 2.0));
     Value k = g.input("K", graphs::random_tensor(c.k, dtype, 2, 2.0));
     Value v = g.input("V", graphs::random_tensor(c.v, dtype, 3));
-    Value s = scale(matmul(q, transpose(k)).named("S_raw"), factor_of(c)).named("S");
+    const Value s_raw = matmul(q, transpose(k)).named("S_raw");
+    Value s = scale(s_raw, factor_of(c)).named("S");
     if (!mc.alibi.empty()) {
         Tensor slopes = zeros(DType::f64, {mc.alibi.size()});
         for (std::size_t h = 0; h < mc.alibi.size(); ++h) slopes.as<double>()(h) = mc.alibi[h];
@@ -428,7 +438,18 @@ Graph masked_graph(const MaskCase& mc, DType dtype) {
     }
     s = s.named("S_masked");
     if (mc.after != 1.0) s = scale(s, mc.after).named("S_after");
-    Value a = softmax(s).named("A");
+    Value a;
+    if (!mc.sinks.empty()) {  // as graphs/variants.cpp builds it
+        Tensor logits = zeros(DType::f64, {mc.sinks.size()});
+        for (std::size_t h = 0; h < mc.sinks.size(); ++h) logits.as<double>()(h) = mc.sinks[h];
+        Value heads = reshape(g.param("sinks", logits.cast(dtype)), {-1, 1, 1}).named("sinks_heads");
+        Value first = slice(s_raw, -1, 0, 1).named("S_first");
+        Value column = add(scale(first, 0.0).named("zero_column"), heads).named("S_sink");
+        Value a_sinks = softmax(concat({s, column}, -1).named("S_sinks")).named("A_sinks");
+        a = slice(a_sinks, -1, 0, -1).named("A");
+    } else {
+        a = softmax(s).named("A");
+    }
     g.output(matmul(a, v).named("Y"));
     return g.build();
 }
@@ -482,12 +503,30 @@ const std::vector<MaskCase> masked_cases = {
      .alibi = {0.3, 0.05},
      .softcap = 2.0},
     {.c = {{2, 2, 2, 150, 8}, {2, 2, 1, 150, 8}, {2, 2, 1, 150, 8}, true}, .pattern = "causal", .softcap = 1.5},
+    // gpt-oss's sinks (the sinks variant) under a causal mask; a causal window (rows whose keys
+    // leave out key 0, which S_first reads); padding with a sequence of no keys (the sink takes
+    // every row's weight); softcapping and GQA with sinks
+    {.c = {{2, 3, 200, 16}, {2, 3, 200, 16}, {2, 3, 200, 16}, true}, .pattern = "causal", .sinks = {0.5, -1.0, 2.0}},
+    {.c = {{1, 2, 700, 8}, {1, 2, 700, 8}, {1, 2, 700, 8}, true},
+     .pattern = "window",
+     .window = 64,
+     .window_causal = true,
+     .sinks = {1.0, -0.5}},
+    {.c = {{2, 3, 150, 8}, {2, 3, 150, 8}, {2, 3, 150, 8}, true},
+     .pattern = "padding",
+     .lengths = {90, 0},
+     .sinks = {0.25, 0.0, -2.0}},
+    {.c = {{2, 2, 2, 150, 8}, {2, 2, 1, 150, 8}, {2, 2, 1, 150, 8}, true},
+     .pattern = "causal",
+     .softcap = 2.0,
+     .sinks = {0.3, 1.5}},
 };
 
 // the gradients every masked case is checked on: Q, K, V, and the ALiBi slopes when there are
 std::vector<std::string> grad_names(const MaskCase& mc) {
     std::vector<std::string> names{"Q", "K", "V"};
     if (!mc.alibi.empty()) names.emplace_back("alibi_slopes");
+    if (!mc.sinks.empty()) names.emplace_back("sinks");
     return names;
 }
 
@@ -505,15 +544,16 @@ BOOST_DATA_TEST_CASE(masked_fused_backward_matches_a_plain_loop_reference, bdata
     };
     const Reference ref =
         reference(mc.c, data("Q"), data("K"), data("V"), grad_of_y(mc.c, DType::f32).cast(DType::f64), keep_of(mc),
-                  mc.after, {mc.alibi, mc.alibi_offset}, mc.softcap);
+                  mc.after, {mc.alibi, mc.alibi_offset}, mc.softcap, mc.sinks);
     for (const Run* r : {&fused, &plain}) BOOST_TEST_CONTEXT((r == &fused ? "fused" : "plain")) {
             BOOST_TEST(rel_error(r->grads.at("Q"), ref.dq) <= 2e-5);
             BOOST_TEST(rel_error(r->grads.at("K"), ref.dk) <= 2e-5);
             BOOST_TEST(rel_error(r->grads.at("V"), ref.dv) <= 2e-5);
             if (!mc.alibi.empty()) BOOST_TEST(rel_error(r->grads.at("alibi_slopes"), ref.dslopes) <= 2e-5);
+            if (!mc.sinks.empty()) BOOST_TEST(rel_error(r->grads.at("sinks"), ref.dsinks) <= 2e-5);
         }
     // the fused backward ran: the untraced forward kept none of the n×m values
-    for (const char* name : {"S_raw", "S", "S_alibi", "S_div", "S_tanh", "S_capped", "S_masked", "A"})
+    for (const char* name : {"S_raw", "S", "S_alibi", "S_div", "S_tanh", "S_capped", "S_masked", "S_sinks", "A_sinks", "A"})
         if (g.find(name) >= 0) BOOST_TEST(!fused.forward.values[static_cast<std::size_t>(g.at(name))], name);
 }
 
