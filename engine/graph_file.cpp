@@ -15,7 +15,9 @@
 namespace attngraph {
 
 namespace fs = std::filesystem;
-using nlohmann::json;
+namespace {
+using nlohmann::json;  // not in attngraph itself: -Wshadow would flag TraceFormat::json in a unity build
+}  // namespace
 
 namespace {
 

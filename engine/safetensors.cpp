@@ -11,7 +11,9 @@
 namespace attngraph {
 
 namespace fs = std::filesystem;
-using nlohmann::json;
+namespace {
+using nlohmann::json;  // not in attngraph itself: -Wshadow would flag TraceFormat::json in a unity build
+}  // namespace
 
 static std::size_t dtype_size(const std::string& dtype) {
     if (dtype == "F64" || dtype == "I64" || dtype == "U64") return 8;

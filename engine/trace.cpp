@@ -22,7 +22,9 @@
 namespace attngraph {
 
 namespace fs = std::filesystem;
-using nlohmann::json;
+namespace {
+using nlohmann::json;  // not in attngraph itself: -Wshadow would flag TraceFormat::json in a unity build
+}  // namespace
 
 const TraceEntry* Trace::find(const std::string& name) const {
     for (const auto& e : entries)

@@ -176,7 +176,8 @@ inline void check_documents(const VariantConfig& c) {
     std::string list;
     long sum = 0;
     for (const int len : c.documents) {
-        list += (list.empty() ? "" : ",") + std::to_string(len);
+        if (!list.empty()) list += ',';
+        list += std::to_string(len);
         sum += len;
     }
     for (const int len : c.documents)

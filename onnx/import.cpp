@@ -23,7 +23,9 @@
 namespace attngraph {
 
 namespace fs = std::filesystem;
-using nlohmann::json;
+namespace {
+using nlohmann::json;  // not in attngraph itself: -Wshadow would flag TraceFormat::json in a unity build
+}  // namespace
 using TP = onnx::TensorProto;
 
 bool is_onnx_path(const fs::path& path) {
