@@ -123,7 +123,7 @@ void backward_blocks(const AttentionOperands<T>& op, const T* a_kept, const T* d
         const std::size_t rows_max = std::min(n, step_rows);
         std::vector<T> a_block(recompute ? rows_max * m : 0), ds_block(need_ds ? rows_max * m : 0),
             da_rows(full_da ? rows_max * m : 0), y_block(has_tanh ? rows_max * m : 0),
-            sink_w(sinks ? rows_max : 0), dots(sinks ? rows_max : 0);
+            sink_w(sinks ? rows_max : 0);
         for (std::size_t b = b0; b < b1; ++b) {
             const T* k = op.k + op.kb[b] * m * dk;
             const T* v = op.v + op.vb[b] * m * dv;
@@ -171,7 +171,8 @@ void backward_blocks(const AttentionOperands<T>& op, const T* a_kept, const T* d
                     const T* ar = a + r * m + lo;
                     T* dr = ds + r * m + lo;
                     const T dot = softmax_backward_dot(ar, dr, width);
-                    if (sinks) dots[r] = dot;
+                    // the sink column: dS_sink = a_sink·(0 − rowsum), as the Softmax op's backward, in place
+                    if (sinks) sink_w[r] = sink_w[r] * (T(0) - dot);
                     if (scale_now) {
                         const T c = first_scale->factor;
                         for (std::size_t j = 0; j < width; ++j) dr[j] = c * (ar[j] * (dr[j] - dot));
@@ -179,10 +180,10 @@ void backward_blocks(const AttentionOperands<T>& op, const T* a_kept, const T* d
                         for (std::size_t j = 0; j < width; ++j) dr[j] = ar[j] * (dr[j] - dot);
                     }
                 }
-                if (sinks) {  // the sink column: dS_sink = a_sink·(0 − rowsum), as the Softmax op's backward
+                if (sinks) {  // dS_sink into the sink logits' sum and the traced values
                     double sum = 0;
                     for (std::size_t r = 0; r < rows; ++r) {
-                        const T d = sink_w[r] * (T(0) - dots[r]);
+                        const T d = sink_w[r];
                         sum += static_cast<double>(d);
                         const std::size_t row = b * n + r0 + r;
                         if (g.s_sinks) {

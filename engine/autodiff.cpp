@@ -111,9 +111,9 @@ std::vector<AttentionGroup> attention_groups(const Graph& g, const Plan& plan) {
         // tensors) and one Tanh (softcapping), with or without gpt-oss's sinks (a sink logit
         // per matrix, S_zero = 0·S_first), not the Differential Transformer's two maps, biases
         // or additive masks: their nodes' own backward runs
-        const bool sink_fuses =
-            spec.sink && spec.sink->factor == 0.0 &&
-            (spec.sink->shape.size() < 2 || spec.sink_strides.size() < 2 || spec.sink_strides.end()[-2] == 0);
+        // (the sink operand's stride along the rows of (..., n, 1) is 0: one logit per matrix)
+        const bool sink_fuses = spec.sink && spec.sink->factor == 0.0 && spec.sink_strides.size() >= 2 &&
+                                spec.sink_strides.end()[-2] == 0;
         bool plain = (!spec.sink || sink_fuses) && !spec.diff;
         std::size_t tanhs = 0;
         for (const ScoreStage& st : spec.stages) {

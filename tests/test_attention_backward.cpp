@@ -376,7 +376,8 @@ BOOST_AUTO_TEST_CASE(mha_graph_fused_backward_matches_the_per_node_backward) {
             }
 }
 
-// ---- masked chains: Scale, maybe ALiBi, then Mask (a pattern and/or a boolean tensor), maybe a Scale after
+// ---- masked chains: Scale, maybe ALiBi, maybe softcapping, then Mask (a pattern and/or a boolean
+// tensor), maybe a Scale after, maybe gpt-oss's sink column in the softmax
 
 namespace {
 
@@ -522,7 +523,8 @@ const std::vector<MaskCase> masked_cases = {
      .sinks = {0.3, 1.5}},
 };
 
-// the gradients every masked case is checked on: Q, K, V, and the ALiBi slopes when there are
+// the gradients every masked case is checked on: Q, K, V, and the ALiBi slopes and the sink
+// logits when there are
 std::vector<std::string> grad_names(const MaskCase& mc) {
     std::vector<std::string> names{"Q", "K", "V"};
     if (!mc.alibi.empty()) names.emplace_back("alibi_slopes");
