@@ -2,12 +2,15 @@
 // backward over the forward's own query blocks, so that the n×m weights need not be kept,
 // and over the keys the blocks' masks leave them only.
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 
 #include "engine/attention_kernel.hpp"
 #include "engine/gemm.hpp"
 #include "engine/parallel.hpp"
 #include "engine/softmax_kernel.hpp"
+#include "ops/mul.hpp"
+#include "ops/sub.hpp"
 
 namespace attngraph {
 
@@ -80,17 +83,24 @@ void add_span(T* to, const T* from, std::size_t rows, std::size_t m, std::size_t
 }
 
 // in the forward pass this was, per query block: S_raw = Q_blk·Kᵀ, S = chain(S_raw),
-// A = softmax(S), O_blk = A·V; a step here takes up to step_blocks such blocks (the _blk
-// operands below are the step's rows) and the keys [lo, hi) its rows may weigh
+// A = softmax(S), O_blk = A·V (with the Differential Transformer, O_blk = A_diff·V from the
+// blocks of two query matrices, A_diff = A_1 − A_2·lambda); a step here takes up to
+// step_blocks such blocks (the _blk operands below are the step's rows) and the keys [lo, hi)
+// its rows may weigh
 template <class T>
 void backward_blocks(const AttentionOperands<T>& op, const T* a_kept, const T* d_o, const AttentionGrads<T>& g) {
     const std::size_t n = op.n, m = op.m, dk = op.dk, dv = op.dv;
+    // the Differential Transformer: two maps (query matrices) per O matrix
+    const bool diff = !op.lambda_of.empty();
+    const std::size_t maps = diff ? 2 : 1, outputs = op.batches / maps;
     // query rows per step: whole forward blocks, as many as keep a step's A and dS within
     // step_values each (at most step_blocks); dV and dK then sum over that many rows a GEMM
     const std::size_t fit = m ? step_values / (gemm_row_block * m) : step_blocks;  // no keys: any
     const std::size_t step_rows = gemm_row_block * std::clamp<std::size_t>(fit, 1, step_blocks);
     const std::size_t steps = (n + step_rows - 1) / step_rows;
-    SharedGrad<T> dk_of(g.dk, op.kb, op.k_batches, m * dk), dv_of(g.dv, op.vb, op.v_batches, m * dv);
+    std::vector<std::size_t> v_of(outputs);  // V's matrix per O matrix
+    for (std::size_t u = 0; u < outputs; ++u) v_of[u] = op.vb[u * maps];
+    SharedGrad<T> dk_of(g.dk, op.kb, op.k_batches, m * dk), dv_of(g.dv, v_of, op.v_batches, m * dv);
     using Kind = typename ChainLink<T>::Kind;
     const auto wanted = [](const std::vector<T*>& ps) {
         return std::any_of(ps.begin(), ps.end(), [](const T* p) { return p != nullptr; });
@@ -98,14 +108,15 @@ void backward_blocks(const AttentionOperands<T>& op, const T* a_kept, const T* d
     // (S_sinks' gradient shows dS before the chain, as a value of the chain does)
     const bool chain_traced = wanted(g.chain) || g.s_sinks, slopes_wanted = wanted(g.slopes);
     // a Tanh's backward reads its output, the sink column its weights: recomputed with A (also
-    // when A was kept)
+    // when A was kept); the Differential Transformer's maps are always recomputed (O reads A_diff)
     const bool has_tanh = std::any_of(op.chain.begin(), op.chain.end(),
                                       [](const ChainLink<T>& link) { return link.kind == Kind::tanh; });
     const bool sinks = !op.sink_of.empty();
-    const bool recompute = !a_kept || has_tanh || sinks;
+    const bool recompute = !a_kept || has_tanh || sinks || diff;
     const bool sink_traced = g.s_sink || g.s_zero || g.s_first;
-    const bool full_da = g.da || g.a_sinks;  // traced: whole rows of dA
-    const bool need_ds = g.dq || g.dk || g.ds_raw || full_da || chain_traced || slopes_wanted || g.sink || sink_traced;
+    const bool full_da = g.da || g.a_sinks || g.a_diff || g.a_first || g.a_second || g.a_weighted;  // whole rows
+    const bool need_ds = g.dq || g.dk || g.ds_raw || full_da || chain_traced || slopes_wanted || g.sink ||
+                         sink_traced || g.lambda;
     // the chain's first Scale from the softmax's input back, applied in the softmax backward's
     // pass when only Masks come before it (they pass dS as it is; an Alibi's slopes read it)
     // and no value of the chain is asked for (the same roundings either way)
@@ -118,35 +129,136 @@ void backward_blocks(const AttentionOperands<T>& op, const T* a_kept, const T* d
     std::vector<double> slope_sums(slopes_wanted ? op.batches * links : 0, 0.0);
     // the sink logits': each batch's sum of dS_sink (in double), added after the tasks in batch order
     std::vector<double> sink_sums(g.sink ? op.batches : 0, 0.0);
-    // a batch per task: its steps add into its dK and dV in step order
-    parallel_chunks(op.batches, 1, [&](std::size_t b0, std::size_t b1) {
-        const std::size_t rows_max = std::min(n, step_rows);
-        std::vector<T> a_block(recompute ? rows_max * m : 0), ds_block(need_ds ? rows_max * m : 0),
-            da_rows(full_da ? rows_max * m : 0), y_block(has_tanh ? rows_max * m : 0),
-            sink_w(sinks ? rows_max : 0);
-        for (std::size_t b = b0; b < b1; ++b) {
-            const T* k = op.k + op.kb[b] * m * dk;
-            const T* v = op.v + op.vb[b] * m * dv;
-            T* dk_b = dk_of.target(b);
-            T* dv_b = dv_of.target(b);
+    // lambda's: each O matrix's sum of dA_2_weighted ⊙ A_2 (in double), added after the tasks in order
+    std::vector<double> lambda_sums(g.lambda ? outputs : 0, 0.0);
+    const ops::MulAttrs mul{};
+    const ops::SubAttrs sub{};
+    // an O matrix per task: its steps add into its dV (and its maps' dK) in step order
+    parallel_chunks(outputs, 1, [&](std::size_t u0, std::size_t u1) {
+        const std::size_t rows_max = std::min(n, step_rows), block = rows_max * m;
+        std::vector<T> a_block(recompute ? maps * block : 0), ds_block(need_ds ? maps * block : 0),
+            da_rows(full_da ? block : 0), y_block(has_tanh ? maps * block : 0), sink_block(sinks ? maps * rows_max : 0),
+            w_block(diff ? block : 0);
+        // one map's backward from its dA (in `ds` on [lo, hi)) to dQ and dK: b is its query matrix
+        auto map_backward = [&](std::size_t b, std::size_t r0, std::size_t rows, std::size_t lo, std::size_t hi,
+                                const T* a, T* ds, const T* y, T* sink_w) {
+            const std::size_t width = hi - lo, at = (b * n + r0) * m;
+            // A = softmax(S):  dS = A ⊙ (dA − rowsum(dA ⊙ A)), as the Softmax op's backward
+            // (the row sum over [lo, hi) has the whole row's bits); then the chain back to
+            // S_raw, as the Scale, Alibi and Mask ops' backwards (its first Scale maybe in
+            // the same pass)
+            for (std::size_t r = 0; r < rows; ++r) {
+                const T* ar = a + r * m + lo;
+                T* dr = ds + r * m + lo;
+                const T dot = softmax_backward_dot(ar, dr, width);
+                // the sink column: dS_sink = a_sink·(0 − rowsum), as the Softmax op's backward, in place
+                if (sinks) sink_w[r] = sink_w[r] * (T(0) - dot);
+                if (scale_now) {
+                    const T c = first_scale->factor;
+                    for (std::size_t j = 0; j < width; ++j) dr[j] = c * (ar[j] * (dr[j] - dot));
+                } else {
+                    for (std::size_t j = 0; j < width; ++j) dr[j] = ar[j] * (dr[j] - dot);
+                }
+            }
+            if (sinks) {  // dS_sink into the sink logits' sum and the traced values
+                double sum = 0;
+                for (std::size_t r = 0; r < rows; ++r) {
+                    const T d = sink_w[r];
+                    sum += static_cast<double>(d);
+                    const std::size_t row = b * n + r0 + r;
+                    if (g.s_sinks) {
+                        add_into(g.s_sinks + row * (m + 1) + lo, ds + r * m + lo, width);
+                        g.s_sinks[row * (m + 1) + m] += d;
+                    }
+                    if (g.s_sink) g.s_sink[row] += d;
+                    if (g.s_zero) g.s_zero[row] += d;
+                    if (g.s_first) g.s_first[row] += T(0) * d;  // S_zero = 0·S_first
+                }
+                if (g.sink) sink_sums[b] += sum;
+            }
+            for (std::size_t i = 0; i < links; ++i) {
+                const ChainLink<T>& link = op.chain[i];
+                if (i < g.chain.size() && g.chain[i]) add_span(g.chain[i] + at, ds, rows, m, lo, hi);
+                if (link.kind == Kind::alibi && i < g.slopes.size() && g.slopes[i]) {
+                    double sum = 0;
+                    for (std::size_t r = 0; r < rows; ++r) {
+                        const long p = static_cast<long>(r0 + r) + link.offset;
+                        const T* dr = ds + r * m;
+                        for (std::size_t j = lo; j < hi; ++j)
+                            sum += static_cast<double>(dr[j]) * static_cast<double>(std::abs(p - static_cast<long>(j)));
+                    }
+                    slope_sums[b * links + i] += sum;
+                }
+                if (link.kind == Kind::tanh) {  // dx = dy · (1 − y²), as the Tanh op's backward
+                    for (std::size_t r = 0; r < rows; ++r) {
+                        T* dr = ds + r * m + lo;
+                        const T* yr = y + r * m + lo;
+                        for (std::size_t j = 0; j < width; ++j) dr[j] = dr[j] * (T(1) - yr[j] * yr[j]);
+                    }
+                    continue;
+                }
+                if (link.kind != Kind::scale || (scale_now && &link == &*first_scale)) continue;
+                const T c = link.factor;
+                for (std::size_t r = 0; r < rows; ++r) {
+                    T* dr = ds + r * m + lo;
+                    for (std::size_t j = 0; j < width; ++j) dr[j] = c * dr[j];
+                }
+            }
+            if (g.ds_raw) add_span(g.ds_raw + at, ds, rows, m, lo, hi);
+            // S_raw = Q_blk·Kᵀ:  dQ_blk += dS_raw·K,  dK += dS_rawᵀ·Q_blk
+            if (g.dq)
+                gemm<T>(false, false, rows, dk, width, T(1), ds + lo, m, op.k + op.kb[b] * m * dk + lo * dk, dk, T(1),
+                        g.dq + (b * n + r0) * dk, dk);
+            if (T* dk_b = dk_of.target(b))
+                gemm<T>(true, false, width, dk, rows, T(1), ds + lo, m, op.q + (b * n + r0) * dk, dk, T(1),
+                        dk_b + lo * dk, dk);
+        };
+        for (std::size_t u = u0; u < u1; ++u) {
+            const T* v = op.v + v_of[u] * m * dv;
+            T* dv_u = dv_of.target(u);
+            const T lambda = diff ? op.lambda[op.lambda_of[u]] : T(0);
             for (std::size_t step = 0; step < steps; ++step) {
                 const std::size_t r0 = step * step_rows, rows = std::min(step_rows, n - r0);
-                const std::size_t at = (b * n + r0) * m;
-                const T* q_blk = op.q + (b * n + r0) * dk;
-                const T* do_blk = d_o + (b * n + r0) * dv;
-                // the step's keys: A is 0 outside [lo, hi), so dV, dS, dQ and dK get nothing there
-                const auto [lo, hi] = op.keys(b, r0, rows);
+                const T* do_blk = d_o + (u * n + r0) * dv;
+                // the step's keys: A is 0 outside [lo, hi), so dV, dS, dQ and dK get nothing
+                // there; with two maps the union of theirs (every key for a lambda that is not
+                // finite: 0·lambda is NaN there, as the forward has it)
+                auto [lo, hi] = op.keys(u * maps, r0, rows);
+                if (diff) {
+                    const auto [lo2, hi2] = op.keys(u * maps + 1, r0, rows);
+                    if (lo >= hi) lo = lo2, hi = hi2;
+                    else if (lo2 < hi2) lo = std::min(lo, lo2), hi = std::max(hi, hi2);
+                    if (!std::isfinite(lambda)) lo = 0, hi = m;
+                }
+                if (lo >= hi) lo = hi = 0;
                 const std::size_t width = hi - lo;
-                const T* a = recompute ? a_block.data() : a_kept + at;
+                auto a_of = [&](std::size_t i) {
+                    return recompute ? a_block.data() + i * block : a_kept + ((u * maps + i) * n + r0) * m;
+                };
+                auto y_of = [&](std::size_t i) { return has_tanh ? y_block.data() + i * block : nullptr; };
+                auto sink_of = [&](std::size_t i) { return sinks ? sink_block.data() + i * rows_max : nullptr; };
                 if (recompute && width > 0)  // the forward's blocks, one by one
-                    for (std::size_t f0 = 0; f0 < rows; f0 += gemm_row_block)
-                        op.weights(b, r0 + f0, std::min(gemm_row_block, rows - f0), lo, hi, a_block.data() + f0 * m,
-                                   has_tanh ? y_block.data() + f0 * m : nullptr, sinks ? sink_w.data() + f0 : nullptr);
-                // O_blk = A·V:  dV += Aᵀ·dO_blk (m, dv),  dA = dO_blk·Vᵀ (rows, m)
-                if (dv_b && width > 0)
-                    gemm<T>(true, false, width, dv, rows, T(1), a + lo, m, do_blk, dv, T(1), dv_b + lo * dv, dv);
+                    for (std::size_t i = 0; i < maps; ++i)
+                        for (std::size_t f0 = 0; f0 < rows; f0 += gemm_row_block)
+                            op.weights(u * maps + i, r0 + f0, std::min(gemm_row_block, rows - f0), lo, hi,
+                                       a_block.data() + i * block + f0 * m, has_tanh ? y_of(i) + f0 * m : nullptr,
+                                       sinks ? sink_of(i) + f0 : nullptr);
+                // the weights O reads: A, or A_diff = Sub(A_1, Mul(A_2, lambda)) as the forward has it
+                const T* w = a_of(0);
+                if (diff && width > 0) {
+                    const T* a1 = a_of(0);
+                    const T* a2 = a_of(1);
+                    for (std::size_t r = 0; r < rows; ++r)
+                        for (std::size_t j = lo; j < hi; ++j)
+                            w_block[r * m + j] =
+                                ops::Sub::apply(sub, a1[r * m + j], ops::Mul::apply(mul, a2[r * m + j], lambda));
+                    w = w_block.data();
+                }
+                // O_blk = W·V:  dV += Wᵀ·dO_blk (m, dv),  dW = dO_blk·Vᵀ (rows, m)
+                if (dv_u && width > 0)
+                    gemm<T>(true, false, width, dv, rows, T(1), w + lo, m, do_blk, dv, T(1), dv_u + lo * dv, dv);
                 if (!need_ds) continue;
-                T* ds = ds_block.data();  // dA, then dS, then dS_raw, in place on [lo, hi)
+                T* ds = ds_block.data();  // dA (dA_diff), then dS, then dS_raw, in place on [lo, hi)
                 if (width > 0)
                     gemm<T>(false, true, rows, width, dv, T(1), do_blk, dv, v + lo * dv, dv, T(0), ds + lo, m);
                 // traced: whole rows, the keys outside [lo, hi) by calls of their own (one call over
@@ -157,85 +269,46 @@ void backward_blocks(const AttentionOperands<T>& op, const T* a_kept, const T* d
                     if (hi < m)
                         gemm<T>(false, true, rows, m - hi, dv, T(1), do_blk, dv, v + hi * dv, dv, T(0), full + hi, m);
                     for (std::size_t r = 0; r < rows; ++r) std::copy(ds + r * m + lo, ds + r * m + hi, full + r * m + lo);
+                    const std::size_t at = (u * maps * n + r0) * m;  // the first map's rows in A
                     if (g.da) add_into(g.da + at, full, rows * m);
                     if (g.a_sinks)  // [dA | 0], rows of m + 1
                         for (std::size_t r = 0; r < rows; ++r)
-                            add_into(g.a_sinks + (b * n + r0 + r) * (m + 1), full + r * m, m);
+                            add_into(g.a_sinks + (u * n + r0 + r) * (m + 1), full + r * m, m);
+                    if (diff) {  // A_diff = Sub(A_split:0, A_2_weighted), A_2_weighted = Mul(A_split:1, lambda)
+                        const std::size_t at_o = (u * n + r0) * m;
+                        if (g.a_diff) add_into(g.a_diff + at_o, full, rows * m);
+                        if (g.a_first) add_into(g.a_first + at_o, full, rows * m);
+                        for (std::size_t e = 0; e < rows * m; ++e) {
+                            const T dw = full[e] * ops::Sub::partial_b(sub, T(0), T(0), T(0));
+                            const T d2 = dw * ops::Mul::partial_a(mul, T(0), lambda, T(0));
+                            if (g.a_weighted) g.a_weighted[at_o + e] += dw;
+                            if (g.a_second) g.a_second[at_o + e] += d2;
+                            if (g.da) g.da[at + n * m + e] += d2;
+                        }
+                    }
                 }
                 if (width == 0) continue;  // every row fully masked: dS = 0
-                // A = softmax(S):  dS = A ⊙ (dA − rowsum(dA ⊙ A)), as the Softmax op's backward
-                // (the row sum over [lo, hi) has the whole row's bits); then the chain back to
-                // S_raw, as the Scale, Alibi and Mask ops' backwards (its first Scale maybe in
-                // the same pass)
-                for (std::size_t r = 0; r < rows; ++r) {
-                    const T* ar = a + r * m + lo;
-                    T* dr = ds + r * m + lo;
-                    const T dot = softmax_backward_dot(ar, dr, width);
-                    // the sink column: dS_sink = a_sink·(0 − rowsum), as the Softmax op's backward, in place
-                    if (sinks) sink_w[r] = sink_w[r] * (T(0) - dot);
-                    if (scale_now) {
-                        const T c = first_scale->factor;
-                        for (std::size_t j = 0; j < width; ++j) dr[j] = c * (ar[j] * (dr[j] - dot));
-                    } else {
-                        for (std::size_t j = 0; j < width; ++j) dr[j] = ar[j] * (dr[j] - dot);
-                    }
-                }
-                if (sinks) {  // dS_sink into the sink logits' sum and the traced values
+                if (diff) {  // the second map's dA = dA_2_weighted·lambda, dA_2_weighted = −dA_diff
+                    const T* a2 = a_of(1);
+                    T* ds2 = ds + block;
                     double sum = 0;
-                    for (std::size_t r = 0; r < rows; ++r) {
-                        const T d = sink_w[r];
-                        sum += static_cast<double>(d);
-                        const std::size_t row = b * n + r0 + r;
-                        if (g.s_sinks) {
-                            add_into(g.s_sinks + row * (m + 1) + lo, ds + r * m + lo, width);
-                            g.s_sinks[row * (m + 1) + m] += d;
+                    for (std::size_t r = 0; r < rows; ++r)
+                        for (std::size_t j = lo; j < hi; ++j) {
+                            const T dw = ds[r * m + j] * ops::Sub::partial_b(sub, T(0), T(0), T(0));
+                            ds2[r * m + j] = dw * ops::Mul::partial_a(mul, T(0), lambda, T(0));
+                            sum += static_cast<double>(dw * ops::Mul::partial_b(mul, a2[r * m + j], lambda, T(0)));
                         }
-                        if (g.s_sink) g.s_sink[row] += d;
-                        if (g.s_zero) g.s_zero[row] += d;
-                        if (g.s_first) g.s_first[row] += T(0) * d;  // S_zero = 0·S_first
-                    }
-                    if (g.sink) sink_sums[b] += sum;
+                    if (g.lambda) lambda_sums[u] += sum;
                 }
-                for (std::size_t i = 0; i < links; ++i) {
-                    const ChainLink<T>& link = op.chain[i];
-                    if (i < g.chain.size() && g.chain[i]) add_span(g.chain[i] + at, ds, rows, m, lo, hi);
-                    if (link.kind == Kind::alibi && i < g.slopes.size() && g.slopes[i]) {
-                        double sum = 0;
-                        for (std::size_t r = 0; r < rows; ++r) {
-                            const long p = static_cast<long>(r0 + r) + link.offset;
-                            const T* dr = ds + r * m;
-                            for (std::size_t j = lo; j < hi; ++j)
-                                sum += static_cast<double>(dr[j]) * static_cast<double>(std::abs(p - static_cast<long>(j)));
-                        }
-                        slope_sums[b * links + i] += sum;
-                    }
-                    if (link.kind == Kind::tanh) {  // dx = dy · (1 − y²), as the Tanh op's backward
-                        for (std::size_t r = 0; r < rows; ++r) {
-                            T* dr = ds + r * m + lo;
-                            const T* y = y_block.data() + r * m + lo;
-                            for (std::size_t j = 0; j < width; ++j) dr[j] = dr[j] * (T(1) - y[j] * y[j]);
-                        }
-                        continue;
-                    }
-                    if (link.kind != Kind::scale || (scale_now && &link == &*first_scale)) continue;
-                    const T c = link.factor;
-                    for (std::size_t r = 0; r < rows; ++r) {
-                        T* dr = ds + r * m + lo;
-                        for (std::size_t j = 0; j < width; ++j) dr[j] = c * dr[j];
-                    }
-                }
-                if (g.ds_raw) add_span(g.ds_raw + at, ds, rows, m, lo, hi);
-                // S_raw = Q_blk·Kᵀ:  dQ_blk += dS_raw·K,  dK += dS_rawᵀ·Q_blk
-                if (g.dq)
-                    gemm<T>(false, false, rows, dk, width, T(1), ds + lo, m, k + lo * dk, dk, T(1),
-                            g.dq + (b * n + r0) * dk, dk);
-                if (dk_b) gemm<T>(true, false, width, dk, rows, T(1), ds + lo, m, q_blk, dk, T(1), dk_b + lo * dk, dk);
+                for (std::size_t i = 0; i < maps; ++i)
+                    map_backward(u * maps + i, r0, rows, lo, hi, a_of(i), ds + i * block, y_of(i), sink_of(i));
             }
         }
     });
     dk_of.add_parts();
     dv_of.add_parts();
     for (std::size_t b = 0; b < sink_sums.size(); ++b) g.sink[op.sink_of[b]] += static_cast<T>(sink_sums[b]);
+    for (std::size_t u = 0; u < lambda_sums.size(); ++u) g.lambda[op.lambda_of[u]] += static_cast<T>(lambda_sums[u]);
     for (std::size_t i = 0; i < links && slopes_wanted; ++i)
         if (i < g.slopes.size() && g.slopes[i])
             for (std::size_t b = 0; b < op.batches; ++b)

@@ -1,7 +1,8 @@
 #pragma once
 // The fused attention step's backward (engine/attention_backward.cpp) for O = softmax(chain(Q·Kᵀ))·V,
 // the chain being Scales, ALiBi biases, a Tanh and Masks (causal, window, padding, a boolean
-// tensor), maybe with gpt-oss's sink column in the softmax, by the forward's blocks of
+// tensor), maybe with gpt-oss's sink column in the softmax or the Differential Transformer's
+// two maps (O = (A_1 − A_2·lambda)·V), by the forward's blocks of
 // gemm_row_block query rows. The backward plan recomputes a
 // block's weights with the forward's own kernel (engine/fused_attention.hpp), so they have
 // the forward's bits.
@@ -67,6 +68,12 @@ struct AttentionOperands {
     /// row's softmax has one more column, the sink logit of batch b's element sink_of[b] of
     /// the sink operand (one per matrix: the same for every row). Empty: no sinks.
     std::vector<std::size_t> sink_of;
+    /// The Differential Transformer (engine/fused_attention.hpp, DiffPair): O's matrix b is
+    /// A_diff·V with A_diff = A_{2b} − A_{2b+1}·lambda_b as the Sub and Mul ops compute it,
+    /// A_{2b} and A_{2b+1} the weights of Q's matrices 2b and 2b + 1 (V's matrix vb[2b]), and
+    /// lambda_b = lambda[lambda_of[b]] (one per O matrix). Empty: O's matrix b is A_b·V.
+    std::vector<std::size_t> lambda_of;
+    const T* lambda = nullptr;
 };
 
 /// @brief The operands of q, k, v (shapes as in the legend; not checked here), for
@@ -98,9 +105,19 @@ struct AttentionGrads {
     T* s_sink = nullptr;
     T* s_zero = nullptr;
     T* s_first = nullptr;
+    /// With the Differential Transformer: lambda's gradient (+= Σ dA_2_weighted ⊙ A_{2b+1} over
+    /// O's matrix b, summed per matrix in double and added in matrix order); traced, (O's
+    /// matrices, n, m): A_diff's (dO·Vᵀ), A_split:0's (the same), A_2_weighted's (−dA_diff) and
+    /// A_split:1's (−dA_diff·lambda). `da` is then A's, Q's matrices: the two maps' in turn.
+    T* lambda = nullptr;
+    T* a_diff = nullptr;
+    T* a_first = nullptr;
+    T* a_second = nullptr;
+    T* a_weighted = nullptr;
 };
 
-/// @brief The backward of O = softmax(chain(Q·Kᵀ))·V, FlashAttention-2 style: per step of query
+/// @brief The backward of O = softmax(chain(Q·Kᵀ))·V (or, with op.lambda_of, of the Differential
+/// Transformer's O = (A_1 − A_2·lambda)·V), FlashAttention-2 style: per step of query
 /// rows (a few of the forward's blocks, as many as a fixed budget of n×m values allows), on
 /// the keys [lo, hi) that op.keys gives the step's rows, A from `a` (the forward's kept
 /// weights) or, when `a` is null, recomputed with op.weights block by block; then
@@ -109,7 +126,10 @@ struct AttentionGrads {
 /// over the chain's Scales (a Tanh's 1 − y² among them, the Alibi slopes' sums on the way), dQ += dS_raw·K,
 /// dK += dS_rawᵀ·Q. Keys outside [lo, hi) have
 /// A = 0 and so contribute nothing (as long as dA is finite there), and the row sums give
-/// the whole row's bits (softmax_backward_dot). The steps of a batch add into dK and dV in
+/// the whole row's bits (softmax_backward_dot). With the Differential Transformer both maps'
+/// A are recomputed over the union of their keys (every key for a lambda that is not
+/// finite, as the forward), dV += A_diffᵀ·dO, and each map goes on from its own dA:
+/// dA_diff for A_1, −dA_diff·lambda for A_2. The steps of a batch add into dK and dV in
 /// step order; a K or V shared by several query heads gets each head's sum in its own
 /// buffer, added in head order: bit-identical for any thread count.
 template <class T>

@@ -39,7 +39,8 @@ Array<T> zeros_like_shape(const Shape& s) {
 }
 
 // A fused attention step of the forward plan (engine/optimize.hpp), O = softmax(chain(Q·Kᵀ))·V
-// with a chain of Scales, Alibis, Masks and a Tanh (and maybe gpt-oss's sink column), whose
+// with a chain of Scales, Alibis, Masks and a Tanh (and maybe gpt-oss's sink column, or the
+// Differential Transformer's O = (A_1 − A_2·lambda)·V), whose
 // backward runs as one task (engine/attention_kernel.hpp): the scores and weights are
 // internal to it, and recomputed block by block when the forward did not keep A.
 struct AttentionGroup {
@@ -61,6 +62,12 @@ struct AttentionGroup {
     // Scale(S_first) by 0, S_first = Slice(S_raw); value ids, -1 without sinks
     int a_sinks = -1, s_sinks = -1, s_sink = -1, s_zero = -1, s_first = -1;
     std::size_t sink_add = 0, sink_slot = 0;  // the Add and the bias's input slot
+    // the Differential Transformer (engine/fused_attention.hpp, DiffPair): a is then Split's
+    // input, A_split:0 (a_first) and A_split:1 (a_second) its outputs, A_2_weighted =
+    // Mul(A_split:1, lambda), A_diff = Sub(A_split:0, A_2_weighted) O's MatMul's input; value
+    // ids, -1 without the pair
+    int a_diff = -1, a_first = -1, a_second = -1, a_weighted = -1, lambda = -1;
+    std::size_t diff_mul = 0, lambda_slot = 0;  // the Mul and lambda's input slot
 };
 
 // A linear_group step of the forward plan: Linear nodes reading the same x (the heads' Q, K,
@@ -109,12 +116,15 @@ std::vector<AttentionGroup> attention_groups(const Graph& g, const Plan& plan) {
         const AttentionSpec& spec = *step.attention;
         // the backward fuses a chain of Scales, ALiBi biases, Masks (patterns and boolean
         // tensors) and one Tanh (softcapping), with or without gpt-oss's sinks (a sink logit
-        // per matrix, S_zero = 0·S_first), not the Differential Transformer's two maps, biases
-        // or additive masks: their nodes' own backward runs
-        // (the sink operand's stride along the rows of (..., n, 1) is 0: one logit per matrix)
+        // per matrix, S_zero = 0·S_first) or the Differential Transformer's two maps (a lambda
+        // per O matrix), not biases or additive masks: their nodes' own backward runs
+        // (the sink operand's stride along the rows of (..., n, 1) is 0, lambda's along the
+        // rows and keys of (..., n, m): one per matrix)
         const bool sink_fuses = spec.sink && spec.sink->factor == 0.0 && spec.sink_strides.size() >= 2 &&
                                 spec.sink_strides.end()[-2] == 0;
-        bool plain = (!spec.sink || sink_fuses) && !spec.diff;
+        const bool diff_fuses = spec.diff && spec.lambda_strides.size() >= 2 && spec.lambda_strides.end()[-1] == 0 &&
+                                spec.lambda_strides.end()[-2] == 0;
+        bool plain = (!spec.sink || sink_fuses) && (!spec.diff || diff_fuses);
         std::size_t tanhs = 0;
         for (const ScoreStage& st : spec.stages) {
             tanhs += st.kind == ScoreStage::Kind::tanh;
@@ -127,7 +137,8 @@ std::vector<AttentionGroup> attention_groups(const Graph& g, const Plan& plan) {
             const Node& fn = nodes[static_cast<std::size_t>(f)];
             plain = plain && (fn.is<ops::Transpose>() || fn.is<ops::MatMul>() || fn.is<ops::Scale>() ||
                               fn.is<ops::Alibi>() || fn.is<ops::Mask>() || fn.is<ops::Tanh>() || fn.is<ops::Softmax>() ||
-                              (spec.sink && (fn.is<ops::Slice>() || fn.is<ops::Concat>() || fn.is<ops::Add>())));
+                              (spec.sink && (fn.is<ops::Slice>() || fn.is<ops::Concat>() || fn.is<ops::Add>())) ||
+                              (spec.diff && (fn.is<ops::Split>() || fn.is<ops::Sub>() || fn.is<ops::Mul>())));
         }
         if (!plain) continue;
         AttentionGroup grp;
@@ -138,6 +149,18 @@ std::vector<AttentionGroup> attention_groups(const Graph& g, const Plan& plan) {
         grp.o = o.outputs[0];
         grp.a = o.inputs[0];
         grp.v = o.inputs[1];
+        if (spec.diff) {  // the forward matched these nodes (engine/optimize.cpp, match_diff)
+            grp.a_diff = grp.a;
+            const Node& sub = producer(grp.a_diff);
+            grp.a_first = sub.inputs[0];
+            grp.a_weighted = sub.inputs[1];
+            grp.diff_mul = static_cast<std::size_t>(g.value(grp.a_weighted).producer);
+            const Node& split = producer(grp.a_first);
+            grp.a_second = split.outputs[1];
+            grp.lambda_slot = nodes[grp.diff_mul].inputs[0] == grp.a_second ? 1 : 0;
+            grp.lambda = nodes[grp.diff_mul].inputs[grp.lambda_slot];
+            grp.a = split.inputs[0];
+        }
         int s_in = producer(grp.a).inputs[0];  // the softmax's input, then back along the chain
         if (spec.sink) {  // the forward matched these nodes (engine/optimize.cpp, match_sinks)
             grp.a_sinks = s_in;
@@ -184,7 +207,8 @@ std::vector<AttentionGroup> attention_groups(const Graph& g, const Plan& plan) {
         bool seeded = is_output[static_cast<std::size_t>(grp.s_raw)] || is_output[static_cast<std::size_t>(grp.a)] ||
                       (kt_folded && is_output[static_cast<std::size_t>(kt)]);
         for (const AttentionGroup::Link& link : grp.chain) seeded = seeded || is_output[static_cast<std::size_t>(link.value)];
-        for (int id : {grp.a_sinks, grp.s_sinks, grp.s_sink, grp.s_zero, grp.s_first})
+        for (int id : {grp.a_sinks, grp.s_sinks, grp.s_sink, grp.s_zero, grp.s_first, grp.a_diff, grp.a_first,
+                       grp.a_second, grp.a_weighted})
             seeded = seeded || (id >= 0 && is_output[static_cast<std::size_t>(id)]);
         if (!seeded) groups.push_back(std::move(grp));
     }
@@ -386,7 +410,8 @@ public:
             for (int id : nodes[i].outputs) need_forward(nodes[i], id);
         }
         for (const AttentionGroup& grp : plan.groups)
-            for (int id : {grp.q, grp.k, grp.v}) need_forward(nodes[grp.o_node], id);
+            for (int id : {grp.q, grp.k, grp.v, grp.lambda})
+                if (id >= 0) need_forward(nodes[grp.o_node], id);
     }
 
     Gradients run(Executor& executor) {
@@ -570,10 +595,22 @@ private:
             g.s_zero = internal(grp.s_zero);
             g.s_first = internal(grp.s_first);
         }
+        if (grp.a_diff >= 0) {
+            const DiffPair& dp = *grp.spec->diff;
+            const std::size_t outputs = op.batches / 2;
+            for (std::size_t b = 0; b < outputs; ++b)  // the lambda of each O matrix (of its element (0, 0))
+                op.lambda_of.push_back(ops::broadcast_offset(b * op.n * op.m, dp.shape, grp.spec->lambda_strides));
+            op.lambda = m_forward[at(grp.lambda)]->data();
+            if (Array<T>* lambda = input_grad(grp.diff_mul, grp.lambda_slot)) g.lambda = lambda->data();
+            g.a_diff = internal(grp.a_diff);
+            g.a_first = internal(grp.a_first);
+            g.a_second = internal(grp.a_second);
+            g.a_weighted = internal(grp.a_weighted);
+        }
         for (const AttentionGroup::Link& link : grp.chain)  // a Mask's boolean tensor: its gradient stays 0
             if (link.op.kind == ChainKind::mask && nodes[link.node].inputs.size() == 2) input_grad(link.node, 1);
         allocate(at(grp.o));
-        const Array<T>* a_kept = m_forward[at(grp.a)];
+        const Array<T>* a_kept = grp.a_diff >= 0 ? nullptr : m_forward[at(grp.a)];  // diff: always recomputed
         attention_backward<T>(op, a_kept ? a_kept->data() : nullptr, m_grad[at(grp.o)].data(), g);
         if (dkt) {  // KT (kbatch..., dk, m) += dKᵀ
             T* d = dkt->data();

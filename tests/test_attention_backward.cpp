@@ -47,18 +47,13 @@ Graph attention_graph(const Case& c, DType dtype) {
     return g.build();
 }
 
-Shape y_shape(const Case& c) {
-    Shape y(c.q.begin(), c.q.end() - 1);
-    y.push_back(c.v.back());
-    return y;
-}
-
 // dL/dQ, dL/dK, dL/dV of L = sum(G ⊙ Y) by plain loops in double: per batch of Q, with K's
 // and V's matrix chosen by numpy broadcasting of the batch axes.
 struct Reference {
     std::vector<double> dq, dk, dv;
     std::vector<double> dslopes;  // with an ALiBi bias
     std::vector<double> dsinks;   // with sinks
+    std::vector<double> dlambda;  // with the Differential Transformer's lambda
 };
 
 std::size_t matrix_of(std::size_t b, const Shape& qbatch, const Shape& obatch) {
@@ -80,7 +75,10 @@ std::size_t matrix_of(std::size_t b, const Shape& qbatch, const Shape& obatch) {
 // A = 0); `after`: a Scale after the Mask; an ALiBi bias and then softcapping between the
 // Scale and the Mask: z = c · Q·Kᵀ − slopes[b mod h]·|i + offset − j|,
 // S = after · cap·tanh(z / cap) (S = after · z without a cap). `sinks`: gpt-oss's sink logit
-// of head b mod h as one more column of each row's softmax, its weight dropped.
+// of head b mod h as one more column of each row's softmax, its weight dropped. `lambda`: the
+// Differential Transformer, Q's matrices 2o and 2o + 1 (the maps) giving O's matrix o =
+// (A_2o − lambda[o mod size]·A_2o+1)·V, so that map 2o + 1's dA is −lambda·dO·Vᵀ and its
+// share of dV −lambda·Aᵀ·dO; dlambda sums −dO·Vᵀ ⊙ A_2o+1.
 using Keep = std::function<bool(std::size_t b, std::size_t i, std::size_t j)>;
 struct AlibiBias {
     std::vector<double> slopes;  // empty: no bias
@@ -92,7 +90,7 @@ struct AlibiBias {
 
 Reference reference(const Case& c, const Tensor& qt, const Tensor& kt, const Tensor& vt, const Tensor& gt,
                     const Keep& keep = {}, double after = 1.0, const AlibiBias& alibi = {}, double cap = 0,
-                    const std::vector<double>& sinks = {}) {
+                    const std::vector<double>& sinks = {}, const std::vector<double>& lambda = {}) {
     const std::size_t n = c.q.end()[-2], dk = c.q.back(), m = c.k.end()[-2], dv = c.v.back();
     const Shape qb(c.q.begin(), c.q.end() - 2), kb(c.k.begin(), c.k.end() - 2), vb(c.v.begin(), c.v.end() - 2);
     const std::size_t batches = element_count(qb);
@@ -109,7 +107,12 @@ Reference reference(const Case& c, const Tensor& qt, const Tensor& kt, const Ten
     r.dv.assign(vt.size(), 0.0);
     r.dslopes.assign(alibi.slopes.size(), 0.0);
     r.dsinks.assign(sinks.size(), 0.0);
+    r.dlambda.assign(lambda.size(), 0.0);
     for (std::size_t b = 0; b < batches; ++b) {
+        // the map's O matrix and its weight in O: 1, or −lambda for the second map
+        const std::size_t o = lambda.empty() ? b : b / 2, l = lambda.empty() ? 0 : o % lambda.size();
+        const bool second = !lambda.empty() && b % 2 == 1;
+        const double coef = second ? -lambda[l] : 1.0;
         const std::size_t h = alibi.slopes.empty() ? 0 : b % alibi.slopes.size();
         auto bias = [&](std::size_t i, std::size_t j) {
             return alibi.slopes.empty() ? 0.0 : alibi.slopes[h] * alibi.distance(i, j);
@@ -118,7 +121,7 @@ Reference reference(const Case& c, const Tensor& qt, const Tensor& kt, const Ten
         auto Q = [&](std::size_t i, std::size_t d) { return qt.at_flat((b * n + i) * dk + d); };
         auto K = [&](std::size_t j, std::size_t d) { return kt.at_flat((kj * m + j) * dk + d); };
         auto V = [&](std::size_t j, std::size_t d) { return vt.at_flat((vj * m + j) * dv + d); };
-        auto G = [&](std::size_t i, std::size_t d) { return gt.at_flat((b * n + i) * dv + d); };
+        auto G = [&](std::size_t i, std::size_t d) { return gt.at_flat((o * n + i) * dv + d); };
         for (std::size_t i = 0; i < n; ++i) {
             std::vector<double> z(m), s(m), a(m), da(m);
             double mx = -INFINITY, sum = 0;
@@ -144,10 +147,11 @@ Reference reference(const Case& c, const Tensor& qt, const Tensor& kt, const Ten
                 double d_a = 0;
                 for (std::size_t d = 0; d < dv; ++d) {
                     d_a += G(i, d) * V(j, d);
-                    r.dv[(vj * m + j) * dv + d] += a[j] * G(i, d);
+                    r.dv[(vj * m + j) * dv + d] += coef * a[j] * G(i, d);
                 }
-                da[j] = d_a;
-                rowdot += a[j] * d_a;
+                if (second) r.dlambda[l] -= d_a * a[j];
+                da[j] = coef * d_a;
+                rowdot += a[j] * da[j];
             }
             if (!sinks.empty()) r.dsinks[b % sinks.size()] += std::exp(sink - mx) / sum * (0.0 - rowdot);
             for (std::size_t j = 0; j < m; ++j) {
@@ -191,13 +195,16 @@ struct Run {
 
 enum class Mode { untraced, traced, plain };
 
-Run run_backward(const Graph& g, const Case& c, Mode mode, int threads, std::vector<std::string> wrt = {"Q", "K", "V"}) {
+// dL/dY of the graph's output Y
+Tensor grad_of_y(const Graph& g, DType dtype) { return graphs::random_tensor(g.value(g.at("Y")).shape, dtype, 4); }
+
+Run run_backward(const Graph& g, const Case&, Mode mode, int threads, std::vector<std::string> wrt = {"Q", "K", "V"}) {
     Executor ex(threads);
     RunOptions o;
     o.keep_for_backward = mode == Mode::untraced;
     o.keep_all = mode != Mode::untraced;
     Run r{ex.run(g, o), {}};
-    const Tensor grad_y = graphs::random_tensor(y_shape(c), g.dtype(), 4);
+    const Tensor grad_y = grad_of_y(g, g.dtype());
     r.grads = ex.backward(g, r.forward, {{"Y", grad_y}}, wrt, {}, mode != Mode::plain);
     return r;
 }
@@ -227,7 +234,7 @@ BOOST_DATA_TEST_CASE(fused_backward_matches_a_plain_loop_reference, bdata::xrang
     const Run plain = run_backward(g, c, Mode::plain, 2);
     const auto& in = g.values();
     auto data = [&](const std::string& name) { return in[static_cast<std::size_t>(g.at(name))].data->cast(DType::f64); };
-    const Tensor grad_y = graphs::random_tensor(y_shape(c), DType::f32, 4).cast(DType::f64);
+    const Tensor grad_y = grad_of_y(g, DType::f32).cast(DType::f64);
     const Reference ref = reference(c, data("Q"), data("K"), data("V"), grad_y);
     BOOST_TEST(rel_error(fused.grads.at("Q"), ref.dq) <= 2e-5);
     BOOST_TEST(rel_error(fused.grads.at("K"), ref.dk) <= 2e-5);
@@ -395,20 +402,32 @@ struct MaskCase {
     int alibi_offset = 0;
     double softcap = 0;             // > 0: Gemma 2's cap·tanh(S / cap) after the ALiBi bias, before the Mask
     std::vector<double> sinks{};    // gpt-oss's sink logits, one per head (axis -3), as the sinks variant
+    // the Differential Transformer (the diff variant): Q and K (..., 2, n, d) hold the two maps,
+    // V (..., 1, m, dv); lambda one (shape (1)) or one per head (axis -4: shape (h, 1, 1, 1))
+    std::vector<double> lambda{};
 };
 
 // the tensor's keep value at (i, j) of its last two axes: about 7 keys in 10, and none for
-// query row 3 (a fully masked row) when the tensor has query rows
-bool keep_value(const Shape& keep, std::size_t i, std::size_t j) {
+// query row 3 (a fully masked row) when the tensor has query rows; with an axis -3 (the
+// Differential Transformer's maps), its matrix 1 keeps no key past 3/5 of the row (the two
+// maps' key spans differ)
+bool keep_value(const Shape& keep, std::size_t lead, std::size_t i, std::size_t j) {
     if (keep.end()[-2] > 1 && i == 3) return false;
+    if (lead == 1 && j * 5 >= keep.back() * 3) return false;
     return (i * 7 + j * 13) % 10 < 7;
+}
+
+// the index along the keep tensor's axis -3 of element e, or of Q's matrix b (0: no such axis)
+std::size_t keep_lead(const Shape& keep, std::size_t matrix) {
+    return keep.size() >= 3 && keep.end()[-3] > 1 ? matrix % keep.end()[-3] : 0;
 }
 
 Tensor keep_tensor(const Shape& shape, DType dtype) {
     Tensor t = zeros(DType::f64, shape);
     const std::size_t rows = shape.end()[-2], cols = shape.back();
     for (std::size_t e = 0; e < t.size(); ++e)
-        if (keep_value(shape, rows > 1 ? (e / cols) % rows : 0, e % cols)) t.as<double>().data()[e] = 1.0;
+        if (keep_value(shape, keep_lead(shape, e / (rows * cols)), rows > 1 ? (e / cols) % rows : 0, e % cols))
+            t.as<double>().data()[e] = 1.0;
     return t.cast(dtype);
 }
 
@@ -451,6 +470,13 @@ Graph masked_graph(const MaskCase& mc, DType dtype) {
     } else {
         a = softmax(s).named("A");
     }
+    if (!mc.lambda.empty()) {  // as graphs/variants.cpp builds it
+        const Shape shape = mc.lambda.size() == 1 ? Shape{1} : Shape{mc.lambda.size(), 1, 1, 1};
+        Tensor lambda = zeros(DType::f64, shape);
+        for (std::size_t h = 0; h < mc.lambda.size(); ++h) lambda.as<double>().data()[h] = mc.lambda[h];
+        const std::vector<Value> maps = split(a, 2, -3, "A_split");
+        a = sub(maps[0], mul(maps[1], g.param("lambda", lambda.cast(dtype))).named("A_2_weighted")).named("A_diff");
+    }
     g.output(matmul(a, v).named("Y"));
     return g.build();
 }
@@ -461,7 +487,8 @@ Keep keep_of(const MaskCase& mc) {
     return [=](std::size_t b, std::size_t i, std::size_t j) {
         const long p = static_cast<long>(i) + (mc.from_end ? static_cast<long>(m) - static_cast<long>(n) : mc.offset);
         const long jj = static_cast<long>(j);
-        if (!mc.keep.empty() && !keep_value(mc.keep, mc.keep.end()[-2] > 1 ? i : 0, j)) return false;
+        if (!mc.keep.empty() && !keep_value(mc.keep, keep_lead(mc.keep, b), mc.keep.end()[-2] > 1 ? i : 0, j))
+            return false;
         if (mc.pattern == "causal") return jj <= p;
         if (mc.pattern == "window")
             return mc.window_causal ? (p - jj >= 0 && p - jj < mc.window) : std::abs(p - jj) < mc.window;
@@ -521,6 +548,26 @@ const std::vector<MaskCase> masked_cases = {
      .pattern = "causal",
      .softcap = 2.0,
      .sinks = {0.3, 1.5}},
+    // the Differential Transformer (the diff variant: causal, one lambda); a causal window over
+    // steps of several blocks with a lambda per head; padding with a sequence of no keys and
+    // softcapping; cross lengths from the end with a negative lambda; a boolean tensor that
+    // gives the two maps different key spans (their union is computed), causal on top
+    {.c = {{2, 3, 2, 200, 16}, {2, 3, 2, 200, 16}, {2, 3, 1, 200, 16}, true}, .pattern = "causal", .lambda = {0.2}},
+    {.c = {{1, 2, 2, 700, 8}, {1, 2, 2, 700, 8}, {1, 2, 1, 700, 8}, true},
+     .pattern = "window",
+     .window = 64,
+     .window_causal = true,
+     .lambda = {0.3, 0.7}},
+    {.c = {{2, 2, 2, 150, 8}, {2, 2, 2, 150, 8}, {2, 2, 1, 150, 8}, true},
+     .pattern = "padding",
+     .lengths = {90, 0},
+     .softcap = 2.0,
+     .lambda = {0.8}},
+    {.c = {{3, 2, 70, 12}, {3, 2, 300, 12}, {3, 1, 300, 20}, true},
+     .pattern = "causal",
+     .from_end = true,
+     .lambda = {0.5, -0.25, 1.0}},
+    {.c = {{2, 2, 150, 8}, {2, 2, 150, 8}, {2, 1, 150, 8}, true}, .pattern = "causal", .keep = {2, 150, 150}, .lambda = {0.4}},
 };
 
 // the gradients every masked case is checked on: Q, K, V, and the ALiBi slopes and the sink
@@ -529,10 +576,9 @@ std::vector<std::string> grad_names(const MaskCase& mc) {
     std::vector<std::string> names{"Q", "K", "V"};
     if (!mc.alibi.empty()) names.emplace_back("alibi_slopes");
     if (!mc.sinks.empty()) names.emplace_back("sinks");
+    if (!mc.lambda.empty()) names.emplace_back("lambda");
     return names;
 }
-
-Tensor grad_of_y(const Case& c, DType dtype) { return graphs::random_tensor(y_shape(c), dtype, 4); }
 
 }  // namespace
 
@@ -545,17 +591,19 @@ BOOST_DATA_TEST_CASE(masked_fused_backward_matches_a_plain_loop_reference, bdata
         return g.values()[static_cast<std::size_t>(g.at(name))].data->cast(DType::f64);
     };
     const Reference ref =
-        reference(mc.c, data("Q"), data("K"), data("V"), grad_of_y(mc.c, DType::f32).cast(DType::f64), keep_of(mc),
-                  mc.after, {mc.alibi, mc.alibi_offset}, mc.softcap, mc.sinks);
+        reference(mc.c, data("Q"), data("K"), data("V"), grad_of_y(g, DType::f32).cast(DType::f64), keep_of(mc),
+                  mc.after, {mc.alibi, mc.alibi_offset}, mc.softcap, mc.sinks, mc.lambda);
     for (const Run* r : {&fused, &plain}) BOOST_TEST_CONTEXT((r == &fused ? "fused" : "plain")) {
             BOOST_TEST(rel_error(r->grads.at("Q"), ref.dq) <= 2e-5);
             BOOST_TEST(rel_error(r->grads.at("K"), ref.dk) <= 2e-5);
             BOOST_TEST(rel_error(r->grads.at("V"), ref.dv) <= 2e-5);
             if (!mc.alibi.empty()) BOOST_TEST(rel_error(r->grads.at("alibi_slopes"), ref.dslopes) <= 2e-5);
             if (!mc.sinks.empty()) BOOST_TEST(rel_error(r->grads.at("sinks"), ref.dsinks) <= 2e-5);
+            if (!mc.lambda.empty()) BOOST_TEST(rel_error(r->grads.at("lambda"), ref.dlambda) <= 2e-5);
         }
     // the fused backward ran: the untraced forward kept none of the n×m values
-    for (const char* name : {"S_raw", "S", "S_alibi", "S_div", "S_tanh", "S_capped", "S_masked", "S_sinks", "A_sinks", "A"})
+    for (const char* name : {"S_raw", "S", "S_alibi", "S_div", "S_tanh", "S_capped", "S_masked", "S_sinks", "A_sinks", "A",
+                             "A_split:0", "A_split:1", "A_2_weighted", "A_diff"})
         if (g.find(name) >= 0) BOOST_TEST(!fused.forward.values[static_cast<std::size_t>(g.at(name))], name);
 }
 
