@@ -2,6 +2,7 @@
 // backward over the forward's own query blocks, so that the n×m weights need not be kept,
 // and over the keys the blocks' masks leave them only.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdlib>
 
@@ -16,14 +17,14 @@ namespace attngraph {
 
 namespace {
 
-// For each matrix of a broadcast operand (K or V), the query batches that read it, in order.
+// For each matrix of a broadcast operand (K, V, a bias's), the query batches that read it, in order.
 std::vector<std::vector<std::size_t>> readers_of(const std::vector<std::size_t>& matrix_of, std::size_t matrices) {
     std::vector<std::vector<std::size_t>> r(matrices);
     for (std::size_t b = 0; b < matrix_of.size(); ++b) r[matrix_of[b]].push_back(b);
     return r;
 }
 
-// Where each query batch adds its dK (or dV): its matrix itself for the first reader, its
+// Where each query batch adds its dK (or dV, or a bias operand's): its matrix itself for the first reader, its
 // own part (zeroed) for every other; after the batches, add_parts sums them in reader order.
 template <class T>
 class SharedGrad {
@@ -101,6 +102,14 @@ void backward_blocks(const AttentionOperands<T>& op, const T* a_kept, const T* d
     std::vector<std::size_t> v_of(outputs);  // V's matrix per O matrix
     for (std::size_t u = 0; u < outputs; ++u) v_of[u] = op.vb[u * maps];
     SharedGrad<T> dk_of(g.dk, op.kb, op.k_batches, m * dk), dv_of(g.dv, v_of, op.v_batches, m * dv);
+    // per chain link: its Add's bias's operands' gradients (empty: none wanted)
+    std::vector<std::vector<SharedGrad<T>>> bias_of(op.chain.size());
+    std::vector<const BiasGrad<T>*> bias_at(op.chain.size(), nullptr);
+    for (const BiasGrad<T>& bg : op.biases) {
+        bias_at[bg.link] = &bg;
+        bias_of[bg.link].reserve(bg.operands.size());  // (targets point into the parts: no reallocation)
+        for (const auto& o : bg.operands) bias_of[bg.link].emplace_back(o.grad, o.matrix_of, o.matrices, o.size);
+    }
     using Kind = typename ChainLink<T>::Kind;
     const auto wanted = [](const std::vector<T*>& ps) {
         return std::any_of(ps.begin(), ps.end(), [](const T* p) { return p != nullptr; });
@@ -179,6 +188,19 @@ void backward_blocks(const AttentionOperands<T>& op, const T* a_kept, const T* d
             for (std::size_t i = 0; i < links; ++i) {
                 const ChainLink<T>& link = op.chain[i];
                 if (i < g.chain.size() && g.chain[i]) add_span(g.chain[i] + at, ds, rows, m, lo, hi);
+                if (link.kind == Kind::add) {  // dx = dy; the bias's operands get theirs
+                    if (const BiasGrad<T>* bg = bias_at[i]) {
+                        std::array<T*, 3> to{};
+                        std::array<std::size_t, 3> base{};
+                        for (std::size_t k = 0; k < bg->operands.size() && k < to.size(); ++k) {
+                            if (!bg->operands[k].grad) continue;
+                            to[k] = bias_of[i][k].target(b);
+                            base[k] = bg->operands[k].matrix_of[b] * bg->operands[k].size;
+                        }
+                        bg->add(b, r0, rows, lo, hi, ds, to.data(), base.data());
+                    }
+                    continue;
+                }
                 if (link.kind == Kind::alibi && i < g.slopes.size() && g.slopes[i]) {
                     double sum = 0;
                     for (std::size_t r = 0; r < rows; ++r) {
@@ -307,6 +329,8 @@ void backward_blocks(const AttentionOperands<T>& op, const T* a_kept, const T* d
     });
     dk_of.add_parts();
     dv_of.add_parts();
+    for (auto& shared : bias_of)
+        for (SharedGrad<T>& sg : shared) sg.add_parts();
     for (std::size_t b = 0; b < sink_sums.size(); ++b) g.sink[op.sink_of[b]] += static_cast<T>(sink_sums[b]);
     for (std::size_t u = 0; u < lambda_sums.size(); ++u) g.lambda[op.lambda_of[u]] += static_cast<T>(lambda_sums[u]);
     for (std::size_t i = 0; i < links && slopes_wanted; ++i)

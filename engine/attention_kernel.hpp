@@ -1,7 +1,7 @@
 #pragma once
 // The fused attention step's backward (engine/attention_backward.cpp) for O = softmax(chain(Q·Kᵀ))·V,
-// the chain being Scales, ALiBi biases, a Tanh and Masks (causal, window, padding, a boolean
-// tensor), maybe with gpt-oss's sink column in the softmax or the Differential Transformer's
+// the chain being Scales, ALiBi biases, Adds of a bias (a tensor, a Gather's, a Mul's), a Tanh
+// and Masks (causal, window, padding, a boolean tensor), maybe with gpt-oss's sink column in the softmax or the Differential Transformer's
 // two maps (O = (A_1 − A_2·lambda)·V), by the forward's blocks of
 // gemm_row_block query rows. The backward plan recomputes a
 // block's weights with the forward's own kernel (engine/fused_attention.hpp), so they have
@@ -23,9 +23,10 @@ namespace attngraph {
 /// backward multiplies the gradient by its factor; a Mask, whose backward passes it where a
 /// key is kept (where it is masked A = 0, so dS = A ⊙ (...) is ±0 already); an Alibi,
 /// y = x − slopes[h]·|i + offset − j|, whose backward passes it and gives the slopes
-/// −Σ dy·|i + offset − j| (head h = batch mod heads); or a Tanh (Gemma 2's softcapping),
-/// whose backward multiplies it by 1 − y², y recomputed with A (at most one Tanh a chain).
-enum class ChainKind { scale, mask, alibi, tanh };
+/// −Σ dy·|i + offset − j| (head h = batch mod heads); a Tanh (Gemma 2's softcapping),
+/// whose backward multiplies it by 1 − y², y recomputed with A (at most one Tanh a chain); or
+/// an Add of a bias, whose backward passes it and gives the bias's operands theirs (BiasGrad).
+enum class ChainKind { scale, mask, alibi, tanh, add };
 
 template <class T>
 struct ChainLink {
@@ -34,6 +35,31 @@ struct ChainLink {
     T factor = T(1);         ///< a Scale's
     long offset = 0;         ///< an Alibi's: keys before query 0
     std::size_t heads = 1;   ///< an Alibi's: its slopes
+};
+
+/// @brief The gradients of an Add's bias (engine/fused_attention.hpp, ScoreStage::Kind::add) in
+/// a fused step's backward: the bias's own, or its Gather's table's, or its Mul's two
+/// operands'. Each operand is cut into matrices (the elements one matrix of the scores
+/// reads; matrix_of maps each matrix of Q to its operand matrix); a matrix read by several
+/// matrices of Q gets each one's share in a part of its own, added in Q's order, as a shared
+/// K or V does.
+template <class T>
+struct BiasGrad {
+    std::size_t link = 0;  ///< the Add's place in AttentionOperands::chain
+    struct Operand {
+        T* grad = nullptr;                   ///< the operand's gradient (+=); null: not wanted
+        std::vector<std::size_t> matrix_of;  ///< per matrix of Q: the operand's matrix it reads
+        std::size_t matrices = 0, size = 0;  ///< the operand's matrices and the elements of one
+    };
+    /// the bias or its Gather's table, or its Mul's two operands; third, a folded bias itself
+    /// when its gradient is asked for (at most 3)
+    std::vector<Operand> operands;
+    /// Adds the shares of dS over query rows [r0, r0 + rows) of Q's matrix b and the keys
+    /// [lo, hi) (row r at ds[r·m + j]): operand k's element e at to[k][e − base[k]] (to[k]
+    /// null: not wanted), base[k] the start of b's operand matrix.
+    std::function<void(std::size_t b, std::size_t r0, std::size_t rows, std::size_t lo, std::size_t hi, const T* ds,
+                       T* const* to, const std::size_t* base)>
+        add;
 };
 
 /// @brief The operands of one fused attention step, flattened to matrices.
@@ -74,6 +100,8 @@ struct AttentionOperands {
     /// lambda_b = lambda[lambda_of[b]] (one per O matrix). Empty: O's matrix b is A_b·V.
     std::vector<std::size_t> lambda_of;
     const T* lambda = nullptr;
+    /// The Adds of the chain whose bias's operands want gradients.
+    std::vector<BiasGrad<T>> biases;
 };
 
 /// @brief The operands of q, k, v (shapes as in the legend; not checked here), for
@@ -123,7 +151,8 @@ struct AttentionGrads {
 /// weights) or, when `a` is null, recomputed with op.weights block by block; then
 /// dV += Aᵀ·dO, dA = dO·Vᵀ, dS = A ⊙ (dA − rowsum(dA ⊙ A)) (a sink column: a_sink·(0 − rowsum)),
 /// dS_raw = c_1·(...·(c_k · dS))
-/// over the chain's Scales (a Tanh's 1 − y² among them, the Alibi slopes' sums on the way), dQ += dS_raw·K,
+/// over the chain's Scales (a Tanh's 1 − y² among them, the Alibi slopes' and the Adds' biases'
+/// gradients on the way), dQ += dS_raw·K,
 /// dK += dS_rawᵀ·Q. Keys outside [lo, hi) have
 /// A = 0 and so contribute nothing (as long as dA is finite there), and the row sums give
 /// the whole row's bits (softmax_backward_dot). With the Differential Transformer both maps'

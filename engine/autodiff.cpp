@@ -53,8 +53,13 @@ struct AttentionGroup {
         std::size_t node = 0;
         int value = -1;  // the node's output
         ChainLink<double> op;
+        // an Add: its stage in the step's spec, the bias's input slot, and the Gather or Mul
+        // making the bias when the step reads the bias through it (-1: the bias is a tensor)
+        std::size_t stage = 0, bias_slot = 0;
+        int bias_node = -1;
     };
-    std::vector<Link> chain;  // the Scale, Alibi, Mask and Tanh nodes from the softmax's input back to S_raw's reader
+    // the Scale, Alibi, Mask, Tanh and Add nodes from the softmax's input back to S_raw's reader
+    std::vector<Link> chain;
     std::shared_ptr<const AttentionSpec> spec;  // the forward step's, to recompute A with its kernel
     std::vector<int> inputs;                    // the forward step's inputs (Q, K, V, mask tensors)
     // gpt-oss's sinks (engine/fused_attention.hpp, SinkColumn): A = Slice(A_sinks), A_sinks =
@@ -115,9 +120,10 @@ std::vector<AttentionGroup> attention_groups(const Graph& g, const Plan& plan) {
         if (step.kind != StepKind::attention || !step.attention) continue;
         const AttentionSpec& spec = *step.attention;
         // the backward fuses a chain of Scales, ALiBi biases, Masks (patterns and boolean
-        // tensors) and one Tanh (softcapping), with or without gpt-oss's sinks (a sink logit
+        // tensors), Adds of a bias (a tensor, or made by a Gather or a Mul the step reads
+        // through) and one Tanh (softcapping), with or without gpt-oss's sinks (a sink logit
         // per matrix, S_zero = 0·S_first) or the Differential Transformer's two maps (a lambda
-        // per O matrix), not biases or additive masks: their nodes' own backward runs
+        // per O matrix), not additive masks: their nodes' own backward runs
         // (the sink operand's stride along the rows of (..., n, 1) is 0, lambda's along the
         // rows and keys of (..., n, m): one per matrix)
         const bool sink_fuses = spec.sink && spec.sink->factor == 0.0 && spec.sink_strides.size() >= 2 &&
@@ -129,7 +135,7 @@ std::vector<AttentionGroup> attention_groups(const Graph& g, const Plan& plan) {
         for (const ScoreStage& st : spec.stages) {
             tanhs += st.kind == ScoreStage::Kind::tanh;
             plain = plain && (st.kind == ScoreStage::Kind::scale || st.kind == ScoreStage::Kind::alibi ||
-                              st.kind == ScoreStage::Kind::tanh ||
+                              st.kind == ScoreStage::Kind::tanh || st.kind == ScoreStage::Kind::add ||
                               (st.kind == ScoreStage::Kind::mask && st.mask_tensor != ScoreStage::MaskTensor::additive));
         }
         plain = plain && tanhs <= 1;
@@ -137,8 +143,9 @@ std::vector<AttentionGroup> attention_groups(const Graph& g, const Plan& plan) {
             const Node& fn = nodes[static_cast<std::size_t>(f)];
             plain = plain && (fn.is<ops::Transpose>() || fn.is<ops::MatMul>() || fn.is<ops::Scale>() ||
                               fn.is<ops::Alibi>() || fn.is<ops::Mask>() || fn.is<ops::Tanh>() || fn.is<ops::Softmax>() ||
-                              (spec.sink && (fn.is<ops::Slice>() || fn.is<ops::Concat>() || fn.is<ops::Add>())) ||
-                              (spec.diff && (fn.is<ops::Split>() || fn.is<ops::Sub>() || fn.is<ops::Mul>())));
+                              fn.is<ops::Add>() || fn.is<ops::Gather>() || fn.is<ops::Mul>() ||
+                              (spec.sink && (fn.is<ops::Slice>() || fn.is<ops::Concat>())) ||
+                              (spec.diff && (fn.is<ops::Split>() || fn.is<ops::Sub>())));
         }
         if (!plain) continue;
         AttentionGroup grp;
@@ -186,6 +193,31 @@ std::vector<AttentionGroup> attention_groups(const Graph& g, const Plan& plan) {
                 grp.chain.push_back({node, s_in, {Kind::mask}});
             } else if (link.is<ops::Tanh>()) {
                 grp.chain.push_back({node, s_in, {Kind::tanh}});
+            } else if (link.is<ops::Add>() && grp.chain.size() < spec.stages.size()) {
+                // the step's stage: its bias is its operand, or made by a folded Gather or Mul of it
+                const std::size_t si = spec.stages.size() - 1 - grp.chain.size();
+                const ScoreStage& st = spec.stages[si];
+                if (st.kind != ScoreStage::Kind::add || st.operand < 0) break;
+                const int operand = step.inputs[static_cast<std::size_t>(st.operand)];
+                const bool through = st.index >= 0 || st.multiplier >= 0;
+                std::size_t slot = 2;
+                int bias_node = -1;
+                for (std::size_t k = 0; k < 2; ++k) {
+                    const int id = link.inputs[k], p = g.value(id).producer;
+                    if (!through) {
+                        if (id == operand) slot = k;
+                    } else if (p >= 0 && std::find(step.folded.begin(), step.folded.end(), p) != step.folded.end() &&
+                               (nodes[static_cast<std::size_t>(p)].is<ops::Gather>() ||
+                                nodes[static_cast<std::size_t>(p)].is<ops::Mul>()) &&
+                               nodes[static_cast<std::size_t>(p)].inputs[0] == operand) {
+                        slot = k;
+                        bias_node = p;
+                    }
+                }
+                if (slot > 1) break;
+                grp.chain.push_back({node, s_in, {Kind::add}, si, slot, bias_node});
+                s_in = link.inputs[1 - slot];
+                continue;
             } else {
                 break;
             }
@@ -607,6 +639,8 @@ private:
             g.a_second = internal(grp.a_second);
             g.a_weighted = internal(grp.a_weighted);
         }
+        for (std::size_t i = 0; i < grp.chain.size(); ++i)
+            if (grp.chain[i].op.kind == ChainKind::add) add_bias_grads(grp, i, kernel, op);
         for (const AttentionGroup::Link& link : grp.chain)  // a Mask's boolean tensor: its gradient stays 0
             if (link.op.kind == ChainKind::mask && nodes[link.node].inputs.size() == 2) input_grad(link.node, 1);
         allocate(at(grp.o));
@@ -624,6 +658,78 @@ private:
         }
         m_seconds[grp.o_node] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         release_grad(grp.o);
+    }
+
+    // The gradients of chain link i's bias (an Add of the step, engine/attention_kernel.hpp's
+    // BiasGrad): its operands' (the bias tensor's, or its folded Gather's table's, or its
+    // folded Mul's two), and a folded bias's own when it is asked for; into op.biases when any
+    // is wanted.
+    void add_bias_grads(const AttentionGroup& grp, std::size_t i, const AttentionKernel<T>& kernel,
+                        AttentionOperands<T>& op) {
+        const auto& nodes = m_graph.nodes();
+        const AttentionGroup::Link& link = grp.chain[i];
+        const AttentionSpec& spec = *grp.spec;
+        const ScoreStage& st = spec.stages[link.stage];
+        const std::size_t n = op.n, m = op.m, batches = op.batches;
+        using Operand = typename BiasGrad<T>::Operand;
+        // an operand of `shape` broadcast to the stage's by `strides`: its matrices are its last
+        // two axes (of size 1 where it is broadcast along them)
+        auto broadcast = [&](Array<T>* grad, const Shape& shape, const std::vector<std::size_t>& strides) {
+            Operand o;
+            o.grad = grad ? grad->data() : nullptr;
+            o.size = (shape.size() >= 2 ? shape.end()[-2] : 1) * (shape.empty() ? 1 : shape.back());
+            o.matrices = o.size ? element_count(shape) / o.size : 0;
+            for (std::size_t b = 0; b < batches; ++b)
+                o.matrix_of.push_back(o.size ? ops::broadcast_offset(b * n * m, st.shape, strides) / o.size : 0);
+            return o;
+        };
+        BiasGrad<T> bg;
+        bg.link = i;
+        const std::vector<std::size_t>& strides = spec.operand_strides[link.stage];
+        if (link.bias_node < 0) {
+            bg.operands.push_back(broadcast(input_grad(link.node, link.bias_slot), st.operand_shape, strides));
+        } else if (st.index >= 0) {
+            // the table (..., len): with indices of rank >= 2 a matrix of the scores reads one row
+            // of it (the bias's last two axes are the indices'), else any row
+            const Node& gather = nodes[static_cast<std::size_t>(link.bias_node)];
+            const Shape& table = m_graph.value(gather.inputs[0]).shape;
+            const bool by_row = m_graph.value(gather.inputs[1]).shape.size() >= 2;
+            Operand o;
+            Array<T>* grad = input_grad(static_cast<std::size_t>(link.bias_node), 0);
+            o.grad = grad ? grad->data() : nullptr;
+            o.size = by_row ? st.table_len : element_count(table);
+            o.matrices = o.size ? element_count(table) / o.size : 0;
+            for (std::size_t b = 0; b < batches; ++b)
+                o.matrix_of.push_back(by_row ? ops::broadcast_offset(b * n * m, st.shape, strides) / st.index_count : 0);
+            bg.operands.push_back(std::move(o));
+        } else {
+            const auto mul = static_cast<std::size_t>(link.bias_node);
+            bg.operands.push_back(broadcast(input_grad(mul, 0), st.operand_shape, strides));
+            bg.operands.push_back(broadcast(input_grad(mul, 1), st.multiplier_shape, spec.multiplier_strides[link.stage]));
+        }
+        // a folded bias asked for: dbias += dy over its own broadcast (ops/add.hpp)
+        std::vector<std::size_t> self_strides;
+        if (link.bias_node >= 0) {
+            const int bias = nodes[link.node].inputs[link.bias_slot];
+            if (m_plan.requested[static_cast<std::size_t>(bias)]) {
+                allocate(static_cast<std::size_t>(bias));
+                const Shape& shape = m_graph.value(bias).shape;
+                self_strides = ops::broadcast_strides(shape, st.shape);
+                bg.operands.resize(2);
+                bg.operands.push_back(broadcast(&m_grad[static_cast<std::size_t>(bias)], shape, self_strides));
+            }
+        }
+        if (std::none_of(bg.operands.begin(), bg.operands.end(), [](const Operand& o) { return o.grad; })) return;
+        bg.add = [&kernel, &st, n, m, self_strides](std::size_t b, std::size_t r0, std::size_t rows, std::size_t lo,
+                                                     std::size_t hi, const T* ds, T* const* to, const std::size_t* base) {
+            kernel.add_backward(st, b, r0, rows, lo, hi, ds, to, base);
+            if (!to[2]) return;
+            for (std::size_t r = 0; r < rows; ++r) {
+                const std::size_t off = ops::broadcast_offset((b * n + r0 + r) * m + lo, st.shape, self_strides);
+                for (std::size_t j = lo; j < hi; ++j) to[2][off + (j - lo) * self_strides.back() - base[2]] += ds[r * m + j];
+            }
+        };
+        op.biases.push_back(std::move(bg));
     }
 
     // A linear group's backward (in the forward pass this was: y_i = x·W_i + b_i for every

@@ -381,6 +381,43 @@ void AttentionKernel<T>::stage(const ScoreStage& st, const Block& blk, T* s, std
 }
 
 template <class T>
+void AttentionKernel<T>::add_backward(const ScoreStage& st, std::size_t b, std::size_t r0, std::size_t rows,
+                                      std::size_t lo, std::size_t hi, const T* ds, T* const* to,
+                                      const std::size_t* base) const {
+    const std::size_t si = static_cast<std::size_t>(&st - m_spec.stages.data());
+    const T* operand = m_operands[si];
+    const std::vector<std::size_t>& strides = m_spec.operand_strides[si];
+    const std::size_t m = m_spec.m, n = m_spec.n, count = hi - lo;
+    const ops::MulAttrs mul{};
+    for (std::size_t r = 0; r < rows && count > 0; ++r) {
+        const T* dy = ds + r * m + lo;
+        const std::size_t at = (b * n + r0 + r) * m + lo;  // (b, row, lo) in the stage's shape
+        // the operand's element for key lo + k: off + k·step
+        const std::size_t off = ops::broadcast_offset(at, st.shape, strides), step = strides.back();
+        if (st.index >= 0) {  // Gather's backward: table[row, position] += dy
+            if (!to[0]) continue;
+            const std::uint32_t* pos = m_positions[si].data() + off % st.index_count;
+            T* table = to[0] + (off / st.index_count * st.table_len - base[0]);
+            for (std::size_t k = 0; k < count; ++k) table[pos[k * step]] += dy[k];
+        } else if (st.multiplier >= 0) {  // Mul's backward: da += dy·b, db += dy·a
+            const std::vector<std::size_t>& ms = m_spec.multiplier_strides[si];
+            const std::size_t moff = ops::broadcast_offset(at, st.shape, ms), mstep = ms.back();
+            const T* mult = m_multipliers[si];
+            if (to[0])
+                for (std::size_t k = 0; k < count; ++k)
+                    to[0][off + k * step - base[0]] +=
+                        dy[k] * ops::Mul::partial_a(mul, operand[off + k * step], mult[moff + k * mstep], T(0));
+            if (to[1])
+                for (std::size_t k = 0; k < count; ++k)
+                    to[1][moff + k * mstep - base[1]] +=
+                        dy[k] * ops::Mul::partial_b(mul, operand[off + k * step], mult[moff + k * mstep], T(0));
+        } else if (to[0]) {  // Add's backward: db += dy
+            for (std::size_t k = 0; k < count; ++k) to[0][off + k * step - base[0]] += dy[k];
+        }
+    }
+}
+
+template <class T>
 typename AttentionKernel<T>::Weights AttentionKernel<T>::weights(const Block& blk, T* scratch, Out<T> kept,
                                                                  const Capture* capture) const {
     const AttentionSpec& spec = m_spec;

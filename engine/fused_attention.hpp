@@ -218,6 +218,13 @@ public:
     /// backward recomputing A gets the forward's bits either way). `capture`: one stage's
     /// output copied out on the way (null: none).
     Weights weights(const Block& blk, T* scratch, Out<T> kept, const Capture* capture = nullptr) const;
+    /// @brief The backward of Add stage `st` for its operands (ops/add.hpp, and the folded
+    /// ops/gather.hpp's or ops/mul.hpp's): dS of query rows [r0, r0 + rows) of Q's matrix b
+    /// over the keys [lo, hi) (row r at ds[r·m + j]) added to the bias's elements (the
+    /// table's at the indices; a Mul's operands times the other's values), operand k's
+    /// element e at to[k][e − base[k]] (to[k] null: not wanted), row by row, key by key.
+    void add_backward(const ScoreStage& st, std::size_t b, std::size_t r0, std::size_t rows, std::size_t lo,
+                      std::size_t hi, const T* ds, T* const* to, const std::size_t* base) const;
     /// @brief O's rows of block (b, i) of O's matrix b: weights(), then o = A·V, or with `diff`
     /// the weights of both maps, A_diff and o = A_diff·V (o points at row i·gemm_row_block of
     /// O's matrix b).

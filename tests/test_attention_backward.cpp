@@ -54,6 +54,7 @@ struct Reference {
     std::vector<double> dslopes;  // with an ALiBi bias
     std::vector<double> dsinks;   // with sinks
     std::vector<double> dlambda;  // with the Differential Transformer's lambda
+    std::vector<double> dbias, dmultiplier;  // with an added bias: its operands'
 };
 
 std::size_t matrix_of(std::size_t b, const Shape& qbatch, const Shape& obatch) {
@@ -78,7 +79,14 @@ std::size_t matrix_of(std::size_t b, const Shape& qbatch, const Shape& obatch) {
 // of head b mod h as one more column of each row's softmax, its weight dropped. `lambda`: the
 // Differential Transformer, Q's matrices 2o and 2o + 1 (the maps) giving O's matrix o =
 // (A_2o − lambda[o mod size]·A_2o+1)·V, so that map 2o + 1's dA is −lambda·dO·Vᵀ and its
-// share of dV −lambda·Aᵀ·dO; dlambda sums −dO·Vᵀ ⊙ A_2o+1.
+// share of dV −lambda·Aᵀ·dO; dlambda sums −dO·Vᵀ ⊙ A_2o+1. `added`: a bias added to z after the
+// ALiBi bias (before the cap), whose operands' gradients it gives from dz.
+struct AddedBias {
+    std::function<double(std::size_t b, std::size_t i, std::size_t j)> value;  // empty: none
+    // adds dz at (b, i, j) into the operands' gradients
+    std::function<void(std::size_t b, std::size_t i, std::size_t j, double dz, Reference& r)> grad;
+    std::size_t sizes[2] = {0, 0};  // the operands' elements
+};
 using Keep = std::function<bool(std::size_t b, std::size_t i, std::size_t j)>;
 struct AlibiBias {
     std::vector<double> slopes;  // empty: no bias
@@ -90,7 +98,8 @@ struct AlibiBias {
 
 Reference reference(const Case& c, const Tensor& qt, const Tensor& kt, const Tensor& vt, const Tensor& gt,
                     const Keep& keep = {}, double after = 1.0, const AlibiBias& alibi = {}, double cap = 0,
-                    const std::vector<double>& sinks = {}, const std::vector<double>& lambda = {}) {
+                    const std::vector<double>& sinks = {}, const std::vector<double>& lambda = {},
+                    const AddedBias& added = {}) {
     const std::size_t n = c.q.end()[-2], dk = c.q.back(), m = c.k.end()[-2], dv = c.v.back();
     const Shape qb(c.q.begin(), c.q.end() - 2), kb(c.k.begin(), c.k.end() - 2), vb(c.v.begin(), c.v.end() - 2);
     const std::size_t batches = element_count(qb);
@@ -108,6 +117,8 @@ Reference reference(const Case& c, const Tensor& qt, const Tensor& kt, const Ten
     r.dslopes.assign(alibi.slopes.size(), 0.0);
     r.dsinks.assign(sinks.size(), 0.0);
     r.dlambda.assign(lambda.size(), 0.0);
+    r.dbias.assign(added.sizes[0], 0.0);
+    r.dmultiplier.assign(added.sizes[1], 0.0);
     for (std::size_t b = 0; b < batches; ++b) {
         // the map's O matrix and its weight in O: 1, or −lambda for the second map
         const std::size_t o = lambda.empty() ? b : b / 2, l = lambda.empty() ? 0 : o % lambda.size();
@@ -129,7 +140,7 @@ Reference reference(const Case& c, const Tensor& qt, const Tensor& kt, const Ten
                 if (keep && !keep(b, i, j)) continue;
                 double dot = 0;
                 for (std::size_t d = 0; d < dk; ++d) dot += Q(i, d) * K(j, d);
-                z[j] = f * dot - bias(i, j);
+                z[j] = f * dot - bias(i, j) + (added.value ? added.value(b, i, j) : 0.0);
                 s[j] = capped(z[j]);
                 mx = std::max(mx, s[j]);
             }
@@ -158,6 +169,7 @@ Reference reference(const Case& c, const Tensor& qt, const Tensor& kt, const Ten
                 if (!seen[j]) continue;
                 const double dz = slope(z[j]) * a[j] * (da[j] - rowdot), ds = f * dz;
                 if (!alibi.slopes.empty()) r.dslopes[h] -= dz * alibi.distance(i, j);
+                if (added.grad) added.grad(b, i, j, dz, r);
                 for (std::size_t d = 0; d < dk; ++d) {
                     r.dq[(b * n + i) * dk + d] += ds * K(j, d);
                     r.dk[(kj * m + j) * dk + d] += ds * Q(i, d);
@@ -405,7 +417,36 @@ struct MaskCase {
     // the Differential Transformer (the diff variant): Q and K (..., 2, n, d) hold the two maps,
     // V (..., 1, m, dv); lambda one (shape (1)) or one per head (axis -4: shape (h, 1, 1, 1))
     std::vector<double> lambda{};
+    // a bias added after the Scale (and the ALiBi bias), before the cap and the Mask, as
+    // FlexAttention's score_mods: "tensor" a (h, n, m) parameter (broadcast over axis 0);
+    // "gather" T5's relative positions, Gather(table (h, n + m - 1), i - j + m - 1) along the
+    // table's last axis; "mul" attention-gym's ALiBi, Mul(slopes (h, 1, 1), j - i (n, m))
+    std::string bias{};
 };
+
+// the added bias's operands, as masked_graph makes them (f64)
+struct BiasOperands {
+    Tensor first, second;  // the tensor, the table or the slopes; the Gather's indices or j - i
+};
+
+BiasOperands bias_operands(const MaskCase& mc) {
+    const std::size_t h = mc.c.q.end()[-3], n = mc.c.q.end()[-2], m = mc.c.k.end()[-2];
+    BiasOperands o;
+    if (mc.bias == "tensor") o.first = graphs::random_tensor({h, n, m}, DType::f64, 7, 0.5);
+    if (mc.bias == "gather") o.first = graphs::random_tensor({h, n + m - 1}, DType::f64, 8, 0.5);
+    if (mc.bias == "mul") {
+        o.first = zeros(DType::f64, {h, 1, 1});
+        for (std::size_t k = 0; k < h; ++k) o.first.as<double>().data()[k] = 0.25 / static_cast<double>(k + 1);
+    }
+    if (mc.bias == "gather" || mc.bias == "mul") {
+        o.second = zeros(DType::f64, {n, m});
+        for (std::size_t i = 0; i < n; ++i)
+            for (std::size_t j = 0; j < m; ++j)
+                o.second.as<double>().data()[i * m + j] = mc.bias == "gather" ? static_cast<double>(i + m - 1 - j)
+                                                                              : static_cast<double>(j) - static_cast<double>(i);
+    }
+    return o;
+}
 
 // the tensor's keep value at (i, j) of its last two axes: about 7 keys in 10, and none for
 // query row 3 (a fully masked row) when the tensor has query rows; with an axis -3 (the
@@ -443,6 +484,15 @@ Graph masked_graph(const MaskCase& mc, DType dtype) {
         Tensor slopes = zeros(DType::f64, {mc.alibi.size()});
         for (std::size_t h = 0; h < mc.alibi.size(); ++h) slopes.as<double>()(h) = mc.alibi[h];
         s = alibi(s, g.param("alibi_slopes", slopes.cast(dtype)), mc.alibi_offset).named("S_alibi");
+    }
+    if (!mc.bias.empty()) {
+        const BiasOperands o = bias_operands(mc);
+        Value bias;
+        if (mc.bias == "tensor") bias = g.param("bias", o.first.cast(dtype));
+        if (mc.bias == "gather") bias = gather(g.param("rel_table", o.first.cast(dtype)), g.input("rel_index", o.second.cast(dtype)), -1);
+        if (mc.bias == "mul") bias = mul(g.param("bias_slopes", o.first.cast(dtype)), g.input("distance", o.second.cast(dtype)));
+        if (mc.bias != "tensor") bias = bias.named("bias_value");
+        s = add(s, bias).named("S_bias");
     }
     if (mc.softcap > 0)  // as graphs/flex_mods.hpp's softcap
         s = scale(tanh(scale(s, 1.0 / mc.softcap).named("S_div")).named("S_tanh"), mc.softcap).named("S_capped");
@@ -568,6 +618,12 @@ const std::vector<MaskCase> masked_cases = {
      .from_end = true,
      .lambda = {0.5, -0.25, 1.0}},
     {.c = {{2, 2, 150, 8}, {2, 2, 150, 8}, {2, 1, 150, 8}, true}, .pattern = "causal", .keep = {2, 150, 150}, .lambda = {0.4}},
+    // an added bias (FlexAttention's score_mods): a (h, n, m) tensor read by both sequences
+    // under a causal mask; T5's relative positions through a Gather over several blocks with
+    // a window; attention-gym's ALiBi through a Mul, with softcapping after it
+    {.c = {{2, 3, 200, 16}, {2, 3, 200, 16}, {2, 3, 200, 16}, true}, .pattern = "causal", .bias = "tensor"},
+    {.c = {{1, 2, 300, 8}, {1, 2, 300, 8}, {1, 2, 300, 8}, true}, .pattern = "window", .window = 40, .bias = "gather"},
+    {.c = {{2, 2, 150, 8}, {2, 2, 150, 8}, {2, 2, 150, 8}, true}, .pattern = "causal", .softcap = 2.0, .bias = "mul"},
 };
 
 // the gradients every masked case is checked on: Q, K, V, and the ALiBi slopes and the sink
@@ -577,7 +633,46 @@ std::vector<std::string> grad_names(const MaskCase& mc) {
     if (!mc.alibi.empty()) names.emplace_back("alibi_slopes");
     if (!mc.sinks.empty()) names.emplace_back("sinks");
     if (!mc.lambda.empty()) names.emplace_back("lambda");
+    if (mc.bias == "tensor") names.emplace_back("bias");
+    if (mc.bias == "gather") names.emplace_back("rel_table");
+    if (mc.bias == "mul") names.insert(names.end(), {"bias_slopes", "distance"});
     return names;
+}
+
+// the plain loop's view of the added bias, from the graph's own operands (cast to f64)
+AddedBias added_of(const MaskCase& mc, const Graph& g) {
+    AddedBias ab;
+    if (mc.bias.empty()) return ab;
+    const std::size_t h = mc.c.q.end()[-3], n = mc.c.q.end()[-2], m = mc.c.k.end()[-2], len = n + m - 1;
+    auto data = [&](const std::string& name) {
+        return std::make_shared<Tensor>(g.values()[static_cast<std::size_t>(g.at(name))].data->cast(DType::f64));
+    };
+    if (mc.bias == "tensor") {
+        const auto t = data("bias");
+        ab.value = [=](std::size_t b, std::size_t i, std::size_t j) { return t->at_flat(((b % h) * n + i) * m + j); };
+        ab.grad = [=](std::size_t b, std::size_t i, std::size_t j, double dz, Reference& r) {
+            r.dbias[((b % h) * n + i) * m + j] += dz;
+        };
+        ab.sizes[0] = h * n * m;
+    } else if (mc.bias == "gather") {
+        const auto t = data("rel_table");
+        ab.value = [=](std::size_t b, std::size_t i, std::size_t j) { return t->at_flat((b % h) * len + i + m - 1 - j); };
+        ab.grad = [=](std::size_t b, std::size_t i, std::size_t j, double dz, Reference& r) {
+            r.dbias[(b % h) * len + i + m - 1 - j] += dz;
+        };
+        ab.sizes[0] = h * len;
+    } else {
+        const auto slopes = data("bias_slopes");
+        auto dist = [](std::size_t i, std::size_t j) { return static_cast<double>(j) - static_cast<double>(i); };
+        ab.value = [=](std::size_t b, std::size_t i, std::size_t j) { return slopes->at_flat(b % h) * dist(i, j); };
+        ab.grad = [=](std::size_t b, std::size_t i, std::size_t j, double dz, Reference& r) {
+            r.dbias[b % h] += dz * dist(i, j);
+            r.dmultiplier[i * m + j] += dz * slopes->at_flat(b % h);
+        };
+        ab.sizes[0] = h;
+        ab.sizes[1] = n * m;
+    }
+    return ab;
 }
 
 }  // namespace
@@ -592,7 +687,7 @@ BOOST_DATA_TEST_CASE(masked_fused_backward_matches_a_plain_loop_reference, bdata
     };
     const Reference ref =
         reference(mc.c, data("Q"), data("K"), data("V"), grad_of_y(g, DType::f32).cast(DType::f64), keep_of(mc),
-                  mc.after, {mc.alibi, mc.alibi_offset}, mc.softcap, mc.sinks, mc.lambda);
+                  mc.after, {mc.alibi, mc.alibi_offset}, mc.softcap, mc.sinks, mc.lambda, added_of(mc, g));
     for (const Run* r : {&fused, &plain}) BOOST_TEST_CONTEXT((r == &fused ? "fused" : "plain")) {
             BOOST_TEST(rel_error(r->grads.at("Q"), ref.dq) <= 2e-5);
             BOOST_TEST(rel_error(r->grads.at("K"), ref.dk) <= 2e-5);
@@ -600,10 +695,15 @@ BOOST_DATA_TEST_CASE(masked_fused_backward_matches_a_plain_loop_reference, bdata
             if (!mc.alibi.empty()) BOOST_TEST(rel_error(r->grads.at("alibi_slopes"), ref.dslopes) <= 2e-5);
             if (!mc.sinks.empty()) BOOST_TEST(rel_error(r->grads.at("sinks"), ref.dsinks) <= 2e-5);
             if (!mc.lambda.empty()) BOOST_TEST(rel_error(r->grads.at("lambda"), ref.dlambda) <= 2e-5);
+            if (!mc.bias.empty()) {
+                const std::vector<std::string> names = grad_names(mc);
+                BOOST_TEST(rel_error(r->grads.at(names[3]), ref.dbias) <= 2e-5);
+                if (mc.bias == "mul") BOOST_TEST(rel_error(r->grads.at("distance"), ref.dmultiplier) <= 2e-5);
+            }
         }
     // the fused backward ran: the untraced forward kept none of the n×m values
     for (const char* name : {"S_raw", "S", "S_alibi", "S_div", "S_tanh", "S_capped", "S_masked", "S_sinks", "A_sinks", "A",
-                             "A_split:0", "A_split:1", "A_2_weighted", "A_diff"})
+                             "A_split:0", "A_split:1", "A_2_weighted", "A_diff", "S_bias", "bias_value"})
         if (g.find(name) >= 0) BOOST_TEST(!fused.forward.values[static_cast<std::size_t>(g.at(name))], name);
 }
 
@@ -627,7 +727,18 @@ BOOST_DATA_TEST_CASE(masked_traced_and_untraced_backward_agree_bitwise, bdata::x
     const Run traced = run_backward(g, mc.c, Mode::traced, 2, {});  // every value, as `grad --trace`
     BOOST_TEST(traced.forward.values[static_cast<std::size_t>(g.at("A"))]);
     for (const std::string& name : grad_names(mc)) BOOST_TEST_CONTEXT(name) {
-            BOOST_TEST(same_bits(untraced.grads.at(name), traced.grads.at(name)));
+            // a bias made by a Gather or a Mul: traced, the forward keeps it and the Gather's or
+            // the Mul's own backward sums its operands' gradients, in another order than the
+            // step that read the bias through them untraced (dQ, dK, dV stay bitwise)
+            const bool folded = name == "rel_table" || name == "bias_slopes" || name == "distance";
+            if (!folded) {
+                BOOST_TEST(same_bits(untraced.grads.at(name), traced.grads.at(name)));
+                continue;
+            }
+            const Tensor& want = traced.grads.at(name);
+            std::vector<double> w(want.size());
+            for (std::size_t i = 0; i < w.size(); ++i) w[i] = want.at_flat(i);
+            BOOST_TEST(rel_error(untraced.grads.at(name), w) <= 2e-5);  // f32 sums of n·m terms, as against f64
         }
 }
 
@@ -649,6 +760,24 @@ BOOST_DATA_TEST_CASE(masked_traced_intermediate_gradients_match_the_plain_backwa
                 scale = std::max(scale, std::abs(want.at_flat(i)));
             }
             BOOST_TEST(err <= 1e-12 * std::max(scale, 1e-300));
+        }
+}
+
+BOOST_DATA_TEST_CASE(folded_bias_gradient_asked_for_untraced, bdata::make({"gather", "mul"}), kind) {
+    // a bias the step reads through its Gather or Mul is not kept untraced; its gradient, when
+    // asked for, is the step's dS summed over the bias's broadcast, as the Add's backward
+    MaskCase mc{.c = {{2, 2, 150, 8}, {2, 2, 150, 8}, {2, 2, 150, 8}, true}, .pattern = "causal", .bias = kind};
+    const Graph g = masked_graph(mc, DType::f64);
+    std::vector<std::string> wrt = grad_names(mc);
+    wrt.emplace_back("bias_value");
+    const Run fused = run_backward(g, mc.c, Mode::untraced, 2, wrt);
+    const Run plain = run_backward(g, mc.c, Mode::plain, 2, wrt);
+    BOOST_TEST(!fused.forward.values[static_cast<std::size_t>(g.at("bias_value"))]);
+    for (const std::string& name : wrt) BOOST_TEST_CONTEXT(name) {
+            const Tensor& want = plain.grads.at(name);
+            std::vector<double> w(want.size());
+            for (std::size_t i = 0; i < w.size(); ++i) w[i] = want.at_flat(i);
+            BOOST_TEST(rel_error(fused.grads.at(name), w) <= 1e-12);
         }
 }
 
