@@ -130,7 +130,9 @@ void backward_blocks(const AttentionOperands<T>& op, const T* a_kept, const T* d
     // pass when only Masks come before it (they pass dS as it is; an Alibi's slopes read it)
     // and no value of the chain is asked for (the same roundings either way)
     const auto first_scale = std::find_if(op.chain.begin(), op.chain.end(),
-                                          [](const ChainLink<T>& link) { return link.kind != Kind::mask; });
+                                          [](const ChainLink<T>& link) {
+                                              return link.kind != Kind::mask && link.kind != Kind::reshape;
+                                          });
     const bool scale_now = first_scale != op.chain.end() && first_scale->kind == Kind::scale && !chain_traced;
     // an Alibi's slopes: each batch's sum of dy·|i + offset − j| (in double), into the slopes
     // after the tasks, in batch order
@@ -188,6 +190,7 @@ void backward_blocks(const AttentionOperands<T>& op, const T* a_kept, const T* d
             for (std::size_t i = 0; i < links; ++i) {
                 const ChainLink<T>& link = op.chain[i];
                 if (i < g.chain.size() && g.chain[i]) add_span(g.chain[i] + at, ds, rows, m, lo, hi);
+                if (link.kind == Kind::reshape) continue;  // the same elements: dx = dy
                 if (link.kind == Kind::add) {  // dx = dy; the bias's operands get theirs
                     if (const BiasGrad<T>* bg = bias_at[i]) {
                         std::array<T*, 3> to{};

@@ -1,15 +1,15 @@
 #pragma once
 // The fused attention step's backward (engine/attention_backward.cpp) for O = softmax(chain(Q·Kᵀ))·V,
 // the chain being Scales, ALiBi biases, Adds of a bias (a tensor, a Gather's, a Mul's), a Tanh
-// and Masks (causal, window, padding, a boolean tensor), maybe with gpt-oss's sink column in the softmax or the Differential Transformer's
-// two maps (O = (A_1 − A_2·lambda)·V), by the forward's blocks of
-// gemm_row_block query rows. The backward plan recomputes a
-// block's weights with the forward's own kernel (engine/fused_attention.hpp), so they have
-// the forward's bits.
+// and Masks (causal, window, padding, a boolean tensor), and Reshapes of the batch axes
+// anywhere between; maybe with gpt-oss's sink column in the softmax or the Differential
+// Transformer's two maps (O = (A_1 − A_2·lambda)·V); by the forward's blocks of
+// gemm_row_block query rows. The backward plan recomputes a block's weights with the
+// forward's own kernel (engine/fused_attention.hpp), so they have the forward's bits.
 //
-// Legend: Q is (batch..., n, dk); K is (kbatch..., m, dk) and V (vbatch..., m, dv), their
-// batch axes broadcasting to Q's (K and V shared across query heads: MQA, GQA); O and dO
-// are (batch..., n, dv); S_raw, S, A and their gradients are (batch..., n, m).
+// Legend: Q is (batch..., n, dk); K is (kbatch..., m, dk) and V (vbatch..., m, dv), each
+// matrix of Q reading one of K's and of V's (kb, vb: K and V shared across query heads, MQA,
+// GQA); O and dO are (batch..., n, dv); S_raw, S, A and their gradients are (batch..., n, m).
 #include <cstddef>
 #include <functional>
 #include <utility>
@@ -25,8 +25,9 @@ namespace attngraph {
 /// y = x − slopes[h]·|i + offset − j|, whose backward passes it and gives the slopes
 /// −Σ dy·|i + offset − j| (head h = batch mod heads); a Tanh (Gemma 2's softcapping),
 /// whose backward multiplies it by 1 − y², y recomputed with A (at most one Tanh a chain); or
-/// an Add of a bias, whose backward passes it and gives the bias's operands theirs (BiasGrad).
-enum class ChainKind { scale, mask, alibi, tanh, add };
+/// an Add of a bias, whose backward passes it and gives the bias's operands theirs (BiasGrad);
+/// or a Reshape that regroups batch axes (the same elements), which passes it.
+enum class ChainKind { scale, mask, alibi, tanh, add, reshape };
 
 template <class T>
 struct ChainLink {

@@ -48,6 +48,14 @@ struct AttentionGroup {
     std::vector<std::size_t> members;  // the nodes it covers (the Transpose too when KT is folded)
     int q = -1, k = -1, v = -1, o = -1;  // value ids; k is K, the Transpose's input
     int kt = -1;                         // KT when the forward kept it (its Transpose runs on its own), else -1
+    int kt_value = -1;                   // KT, kept or not
+    // where dKT goes when KT is kept: the node reading KT (S_raw's MatMul, or a Reshape in the
+    // step) and its slot; else the folded Transpose, whose input K gets dK
+    std::size_t kt_reader = 0, kt_slot = 1, kt_transpose = 0;
+    // Reshapes in the step that regroup batch axes (the Attention composite's GQA form): the
+    // values between A and O's MatMul (A_groups) and between KT and S_raw's MatMul
+    // (KT_groups), with A's and KT's elements in A's and KT's order
+    std::vector<int> a_views, kt_views;
     int s_raw = -1, a = -1;
     struct Link {
         std::size_t node = 0;
@@ -58,7 +66,8 @@ struct AttentionGroup {
         std::size_t stage = 0, bias_slot = 0;
         int bias_node = -1;
     };
-    // the Scale, Alibi, Mask, Tanh and Add nodes from the softmax's input back to S_raw's reader
+    // the Scale, Alibi, Mask, Tanh and Add nodes (and Reshapes of the batch axes) from the
+    // softmax's input back to S_raw's reader
     std::vector<Link> chain;
     std::shared_ptr<const AttentionSpec> spec;  // the forward step's, to recompute A with its kernel
     std::vector<int> inputs;                    // the forward step's inputs (Q, K, V, mask tensors)
@@ -143,7 +152,7 @@ std::vector<AttentionGroup> attention_groups(const Graph& g, const Plan& plan) {
             const Node& fn = nodes[static_cast<std::size_t>(f)];
             plain = plain && (fn.is<ops::Transpose>() || fn.is<ops::MatMul>() || fn.is<ops::Scale>() ||
                               fn.is<ops::Alibi>() || fn.is<ops::Mask>() || fn.is<ops::Tanh>() || fn.is<ops::Softmax>() ||
-                              fn.is<ops::Add>() || fn.is<ops::Gather>() || fn.is<ops::Mul>() ||
+                              fn.is<ops::Add>() || fn.is<ops::Gather>() || fn.is<ops::Mul>() || fn.is<ops::Reshape>() ||
                               (spec.sink && (fn.is<ops::Slice>() || fn.is<ops::Concat>())) ||
                               (spec.diff && (fn.is<ops::Split>() || fn.is<ops::Sub>())));
         }
@@ -156,6 +165,12 @@ std::vector<AttentionGroup> attention_groups(const Graph& g, const Plan& plan) {
         grp.o = o.outputs[0];
         grp.a = o.inputs[0];
         grp.v = o.inputs[1];
+        auto folded = [&](int id) {  // the node making value id is in the step
+            const int p = g.value(id).producer;
+            return p >= 0 && std::find(step.folded.begin(), step.folded.end(), p) != step.folded.end();
+        };
+        for (; !spec.diff && producer(grp.a).is<ops::Reshape>() && folded(grp.a); grp.a = producer(grp.a).inputs[0])
+            grp.a_views.push_back(grp.a);
         if (spec.diff) {  // the forward matched these nodes (engine/optimize.cpp, match_diff)
             grp.a_diff = grp.a;
             const Node& sub = producer(grp.a_diff);
@@ -180,22 +195,30 @@ std::vector<AttentionGroup> attention_groups(const Graph& g, const Plan& plan) {
             grp.s_zero = nodes[grp.sink_add].inputs[1 - grp.sink_slot];
             grp.s_first = producer(grp.s_zero).inputs[0];
         }
-        for (;;) {
+        std::size_t stages = 0;  // the chain's links that are the step's stages (not Reshapes)
+        for (;; ++stages) {
             const Node& link = producer(s_in);
             const auto node = static_cast<std::size_t>(g.value(s_in).producer);
             using Kind = ChainKind;
+            const std::size_t stage = spec.stages.size() - 1 - std::min(stages, spec.stages.size() - 1);
+            if (link.is<ops::Reshape>() && folded(s_in)) {  // passes dS as it is (the same elements)
+                grp.chain.push_back({node, s_in, {Kind::reshape}});
+                s_in = link.inputs[0];
+                --stages;
+                continue;
+            }
             if (const auto* scale = link.attrs_if<ops::Scale>()) {
-                grp.chain.push_back({node, s_in, {Kind::scale, scale->factor.value}});
+                grp.chain.push_back({node, s_in, {Kind::scale, scale->factor.value}, stage});
             } else if (const auto* alibi = link.attrs_if<ops::Alibi>()) {
                 const Shape& x = g.value(link.inputs[0]).shape;  // (..., h, n, m)
-                grp.chain.push_back({node, s_in, {Kind::alibi, 1.0, alibi->offset, x.end()[-3]}});
+                grp.chain.push_back({node, s_in, {Kind::alibi, 1.0, alibi->offset, x.end()[-3]}, stage});
             } else if (link.is<ops::Mask>()) {
-                grp.chain.push_back({node, s_in, {Kind::mask}});
+                grp.chain.push_back({node, s_in, {Kind::mask}, stage});
             } else if (link.is<ops::Tanh>()) {
-                grp.chain.push_back({node, s_in, {Kind::tanh}});
-            } else if (link.is<ops::Add>() && grp.chain.size() < spec.stages.size()) {
+                grp.chain.push_back({node, s_in, {Kind::tanh}, stage});
+            } else if (link.is<ops::Add>() && stages < spec.stages.size()) {
                 // the step's stage: its bias is its operand, or made by a folded Gather or Mul of it
-                const std::size_t si = spec.stages.size() - 1 - grp.chain.size();
+                const std::size_t si = stage;
                 const ScoreStage& st = spec.stages[si];
                 if (st.kind != ScoreStage::Kind::add || st.operand < 0) break;
                 const int operand = step.inputs[static_cast<std::size_t>(st.operand)];
@@ -225,20 +248,29 @@ std::vector<AttentionGroup> attention_groups(const Graph& g, const Plan& plan) {
         }
         grp.s_raw = s_in;
         const Node& s_raw_node = producer(grp.s_raw);
-        if (grp.chain.size() != spec.stages.size() || !s_raw_node.is<ops::MatMul>()) continue;  // not the step's chain
+        if (stages != spec.stages.size() || !s_raw_node.is<ops::MatMul>()) continue;  // not the step's chain
         grp.q = s_raw_node.inputs[0];
-        const int kt = s_raw_node.inputs[1];
-        grp.k = producer(kt).inputs[0];
-        bool kt_folded = false;
-        for (int f : step.folded) {
-            grp.members.push_back(static_cast<std::size_t>(f));
-            kt_folded = kt_folded || f == g.value(kt).producer;
+        // KT, under the step's Reshapes; K is the step's input (the Transpose's)
+        int kt = s_raw_node.inputs[1];
+        grp.kt_reader = static_cast<std::size_t>(g.value(grp.s_raw).producer);
+        grp.kt_slot = 1;
+        for (; producer(kt).is<ops::Reshape>() && folded(kt); kt = producer(kt).inputs[0]) {
+            grp.kt_views.push_back(kt);
+            grp.kt_reader = static_cast<std::size_t>(g.value(kt).producer);
+            grp.kt_slot = 0;
         }
+        grp.k = step.inputs[1];  // (the forward matched KT = Transpose(K), maybe under a Reshape)
+        const bool kt_folded = folded(kt);
+        if (kt_folded) grp.kt_transpose = static_cast<std::size_t>(g.value(kt).producer);
+        grp.kt_value = kt;
+        for (int f : step.folded) grp.members.push_back(static_cast<std::size_t>(f));
         grp.members.push_back(grp.o_node);
         if (!kt_folded) grp.kt = kt;
         bool seeded = is_output[static_cast<std::size_t>(grp.s_raw)] || is_output[static_cast<std::size_t>(grp.a)] ||
                       (kt_folded && is_output[static_cast<std::size_t>(kt)]);
         for (const AttentionGroup::Link& link : grp.chain) seeded = seeded || is_output[static_cast<std::size_t>(link.value)];
+        for (const std::vector<int>* views : {&grp.a_views, &grp.kt_views})
+            for (int id : *views) seeded = seeded || is_output[static_cast<std::size_t>(id)];
         for (int id : {grp.a_sinks, grp.s_sinks, grp.s_sink, grp.s_zero, grp.s_first, grp.a_diff, grp.a_first,
                        grp.a_second, grp.a_weighted})
             seeded = seeded || (id >= 0 && is_output[static_cast<std::size_t>(id)]);
@@ -554,6 +586,11 @@ private:
         const auto at = [](int id) { return static_cast<std::size_t>(id); };
         AttentionOperands<T> op =
             attention_operands<T>(*m_forward[at(grp.q)], *m_forward[at(grp.k)], *m_forward[at(grp.v)], T(1), false);
+        // K's and V's matrix per matrix of Q as the forward step has them (through its Reshapes:
+        // K (B, G, m, dk) read as (B, G, 1, m, dk) by Q's (B, G, r) matrices); with the
+        // Differential Transformer V's stays per matrix of Q (the step's is per O matrix)
+        op.kb = grp.spec->k_offset;
+        if (!grp.spec->diff) op.vb = grp.spec->v_offset;
         for (const AttentionGroup::Link& link : grp.chain)
             op.chain.push_back({link.op.kind, static_cast<T>(link.op.factor), link.op.offset, link.op.heads});
         // A recomputed by the forward step's own kernel: its block, its masks, its bits
@@ -572,8 +609,8 @@ private:
         };
         // a Tanh's stage (the chain runs from the last stage back): its output goes to `y`
         std::size_t tanh_stage = 0;
-        for (std::size_t i = 0; i < grp.chain.size(); ++i)
-            if (grp.chain[i].op.kind == ChainKind::tanh) tanh_stage = grp.chain.size() - 1 - i;
+        for (const AttentionGroup::Link& link : grp.chain)
+            if (link.op.kind == ChainKind::tanh) tanh_stage = link.stage;
         op.weights = [&](std::size_t b, std::size_t r0, std::size_t rows, std::size_t lo, std::size_t hi, T* a, T* y,
                          T* sink) {
             const auto blk = kernel.block(b, r0 / gemm_row_block);
@@ -593,22 +630,28 @@ private:
         AttentionGrads<T> g;
         if (Array<T>* dq = input_grad(s_raw_node, 0)) g.dq = dq->data();
         if (Array<T>* dv = input_grad(grp.o_node, 1)) g.dv = dv->data();
-        Array<T> dk_local;  // dK when KT is kept: KT's gradient is its transpose
-        Array<T>* dkt = nullptr;
-        if (grp.kt >= 0) {
-            dkt = input_grad(s_raw_node, 1);
-            if (dkt) {
-                dk_local = zeros_like_shape<T>(m_graph.value(grp.k).shape);
-                g.dk = dk_local.data();
-            }
-        } else if (Array<T>* dk = input_grad(at(m_graph.value(nodes[s_raw_node].inputs[1]).producer), 0)) {
-            g.dk = dk->data();
-        }
         auto internal = [&](int id) -> T* {
             if (id < 0 || !m_plan.requested[at(id)]) return nullptr;
             allocate(at(id));
             return m_grad[at(id)].data();
         };
+        auto any_requested = [&](const std::vector<int>& ids) {
+            return std::any_of(ids.begin(), ids.end(), [&](int id) { return m_plan.requested[at(id)]; });
+        };
+        // dK, into K's gradient when KT is folded; else (KT kept), or when KT's gradient or its
+        // views' is asked for, into dk_local, whose transpose is KT's
+        std::vector<int> kt_views = grp.kt_views;
+        if (grp.kt < 0) kt_views.push_back(grp.kt_value);  // folded: KT is internal too
+        Array<T>* dkt = grp.kt >= 0 ? input_grad(grp.kt_reader, grp.kt_slot) : nullptr;
+        Array<T>* dk_direct = grp.kt >= 0 ? nullptr : input_grad(grp.kt_transpose, 0);
+        Array<T> dk_local;
+        const bool dk_transposed = dkt || any_requested(kt_views);
+        if (dk_transposed) {
+            dk_local = zeros_like_shape<T>(m_graph.value(grp.k).shape);
+            g.dk = dk_local.data();
+        } else if (dk_direct) {
+            g.dk = dk_direct->data();
+        }
         g.ds_raw = internal(grp.s_raw);
         for (const AttentionGroup::Link& link : grp.chain) {
             g.chain.push_back(internal(link.value));
@@ -616,6 +659,10 @@ private:
             g.slopes.push_back(slopes ? slopes->data() : nullptr);
         }
         g.da = internal(grp.a);
+        if (!g.da && any_requested(grp.a_views)) {  // A's views' gradients are A's
+            allocate(at(grp.a));
+            g.da = m_grad[at(grp.a)].data();
+        }
         if (grp.a_sinks >= 0) {
             const SinkColumn& sc = *grp.spec->sink;
             for (std::size_t b = 0; b < op.batches; ++b)  // the sink logit of each matrix (of its row 0)
@@ -646,8 +693,14 @@ private:
         allocate(at(grp.o));
         const Array<T>* a_kept = grp.a_diff >= 0 ? nullptr : m_forward[at(grp.a)];  // diff: always recomputed
         attention_backward<T>(op, a_kept ? a_kept->data() : nullptr, m_grad[at(grp.o)].data(), g);
-        if (dkt) {  // KT (kbatch..., dk, m) += dKᵀ
-            T* d = dkt->data();
+        if (dk_transposed) {  // KT (kbatch..., dk, m) += dKᵀ; its views (the same elements) get it too
+            if (dk_direct) {
+                T* to = dk_direct->data();
+                const T* from = dk_local.data();
+                for (std::size_t e = 0; e < dk_local.size(); ++e) to[e] += from[e];
+            }
+            Array<T> fresh;
+            T* d = dkt ? dkt->data() : (fresh = zeros_like_shape<T>(m_graph.value(grp.kt_value).shape)).data();
             const T* src = dk_local.data();
             const std::size_t m = op.m, dk = op.dk;
             parallel_chunks(op.k_batches, 1, [&](std::size_t b0, std::size_t b1) {
@@ -655,9 +708,22 @@ private:
                     for (std::size_t r = 0; r < m; ++r)
                         for (std::size_t c = 0; c < dk; ++c) d[(b * dk + c) * m + r] += src[(b * m + r) * dk + c];
             });
+            copy_to_views(kt_views, d);
         }
+        if (g.da) copy_to_views(grp.a_views, g.da);
         m_seconds[grp.o_node] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         release_grad(grp.o);
+    }
+
+    // The requested ones of `views` (Reshapes of a value in a fused step: the same elements)
+    // get the value's gradient `from`.
+    void copy_to_views(const std::vector<int>& views, const T* from) {
+        for (int id : views) {
+            const auto v = static_cast<std::size_t>(id);
+            if (!m_plan.requested[v]) continue;
+            allocate(v);
+            std::copy_n(from, m_grad[v].size(), m_grad[v].data());
+        }
     }
 
     // The gradients of chain link i's bias (an Add of the step, engine/attention_kernel.hpp's

@@ -14,6 +14,7 @@
 #include "engine/executor.hpp"
 #include "engine/gradcheck.hpp"
 #include "graphs/mha.hpp"
+#include "ops/attention.hpp"
 #include "ops/ops.hpp"
 #include "support/helpers.hpp"
 
@@ -790,6 +791,90 @@ BOOST_DATA_TEST_CASE(masked_fused_backward_gradchecks_in_f64, bdata::xrange(mask
     const Graph g = masked_graph(mc, DType::f64);
     const GradcheckResult r = gradcheck(g, GradcheckOptions{});
     BOOST_TEST(r.max_rel_error <= 1e-6, r.report());
+}
+
+// ---- the Attention composite (ONNX's op) with GQA: Reshapes of the batch axes in the step
+
+namespace {
+
+// Q (2, 4, n, 8), K and V (2, 2, n, 8): the composite views Q as (2, 2, 2, n, 8), KT as
+// (2, 2, 1, 8, n), S_raw back as (2, 4, n, n) and A as (2, 2, 2, n, n); its output Y is
+// (2, 4, n, 8). The plain loop's view: Q (2, 2, 2, n, 8), K and V (2, 2, 1, n, 8), the same
+// elements.
+const std::size_t composite_n = 150;
+const Case composite_view{{2, 2, 2, composite_n, 8}, {2, 2, 1, composite_n, 8}, {2, 2, 1, composite_n, 8}, true};
+
+Graph composite_graph(DType dtype, bool causal, double softcap) {
+    GraphBuilder g("composite", dtype);
+    AttentionInputs in;
+    in.q = g.input("Q", graphs::random_tensor({2, 4, composite_n, 8}, dtype, 1, 2.0));
+    in.k = g.input("K", graphs::random_tensor({2, 2, composite_n, 8}, dtype, 2, 2.0));
+    in.v = g.input("V", graphs::random_tensor({2, 2, composite_n, 8}, dtype, 3));
+    AttentionAttrs a;
+    a.is_causal = causal ? 1 : 0;
+    a.softcap = softcap;
+    g.output(attention("attn", in, a).y.named("Y"));
+    return g.build();
+}
+
+}  // namespace
+
+BOOST_DATA_TEST_CASE(composite_gqa_fused_backward, bdata::make({0, 1}) * bdata::make({0.0, 2.0}), causal, softcap) {
+    const Graph g = composite_graph(DType::f32, causal, softcap);
+    const Run fused = run_backward(g, composite_view, Mode::untraced, 2);
+    const Run plain = run_backward(g, composite_view, Mode::plain, 2);
+    auto data = [&](const std::string& name) {
+        return g.values()[static_cast<std::size_t>(g.at(name))].data->cast(DType::f64);
+    };
+    const Keep keep = causal ? Keep([](std::size_t, std::size_t i, std::size_t j) { return j <= i; }) : Keep{};
+    const Reference ref = reference(composite_view, data("Q"), data("K"), data("V"), grad_of_y(g, DType::f32).cast(DType::f64),
+                                    keep, 1.0, {}, softcap);
+    for (const Run* r : {&fused, &plain}) BOOST_TEST_CONTEXT((r == &fused ? "fused" : "plain")) {
+            BOOST_TEST(rel_error(r->grads.at("Q"), ref.dq) <= 2e-5);
+            BOOST_TEST(rel_error(r->grads.at("K"), ref.dk) <= 2e-5);
+            BOOST_TEST(rel_error(r->grads.at("V"), ref.dv) <= 2e-5);
+        }
+    // the fused backward ran: the untraced forward kept none of the n×m values
+    for (const char* name : {"attn.S_raw_groups", "attn.S_raw", "attn.S", "attn.A", "attn.A_groups"})
+        if (g.find(name) >= 0) BOOST_TEST(!fused.forward.values[static_cast<std::size_t>(g.at(name))], name);
+    // bit-identical for any thread count, and traced (every value asked for) as untraced
+    const Run one = run_backward(g, composite_view, Mode::untraced, 1);
+    const Run four = run_backward(g, composite_view, Mode::untraced, 4);
+    const Run traced = run_backward(g, composite_view, Mode::traced, 2, {});
+    for (const char* name : {"Q", "K", "V"}) BOOST_TEST_CONTEXT(name) {
+            BOOST_TEST(same_bits(one.grads.at(name), fused.grads.at(name)));
+            BOOST_TEST(same_bits(four.grads.at(name), fused.grads.at(name)));
+            BOOST_TEST(same_bits(traced.grads.at(name), fused.grads.at(name)));
+        }
+}
+
+BOOST_DATA_TEST_CASE(composite_gqa_traced_intermediate_gradients_match_the_plain_backward, bdata::make({0, 1}), causal) {
+    const Graph g = composite_graph(DType::f64, causal, 0.0);
+    const Run fused = run_backward(g, composite_view, Mode::traced, 2, {});
+    const Run plain = run_backward(g, composite_view, Mode::plain, 2, {});
+    for (const auto& v : g.values()) BOOST_TEST_CONTEXT(v.name) {
+            const Tensor& want = plain.grads.at(v.name);
+            std::vector<double> w(want.size());
+            for (std::size_t i = 0; i < w.size(); ++i) w[i] = want.at_flat(i);
+            BOOST_TEST(rel_error(fused.grads.at(v.name), w) <= 1e-12);
+        }
+}
+
+BOOST_AUTO_TEST_CASE(composite_gqa_views_asked_for_untraced) {
+    // untraced (KT, KT_groups, A_groups folded into the step, not kept), their gradients asked
+    // for: KT's is dKᵀ, its view KT_groups' the same elements, A_groups' A's
+    const Graph g = composite_graph(DType::f64, true, 0.0);
+    const std::vector<std::string> wrt{"Q", "K", "V", "attn.KT", "attn.KT_groups", "attn.A_groups"};
+    const Run fused = run_backward(g, composite_view, Mode::untraced, 2, wrt);
+    const Run plain = run_backward(g, composite_view, Mode::plain, 2, wrt);
+    for (const char* name : {"attn.KT", "attn.KT_groups", "attn.A_groups"})
+        BOOST_TEST(!fused.forward.values[static_cast<std::size_t>(g.at(name))], name);
+    for (const std::string& name : wrt) BOOST_TEST_CONTEXT(name) {
+            const Tensor& want = plain.grads.at(name);
+            std::vector<double> w(want.size());
+            for (std::size_t i = 0; i < w.size(); ++i) w[i] = want.at_flat(i);
+            BOOST_TEST(rel_error(fused.grads.at(name), w) <= 1e-12);
+        }
 }
 
 BOOST_AUTO_TEST_CASE(padded_keys_are_not_computed_by_the_backward) {
