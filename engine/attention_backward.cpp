@@ -127,13 +127,16 @@ void backward_blocks(const AttentionOperands<T>& op, const T* a_kept, const T* d
     const bool need_ds = g.dq || g.dk || g.ds_raw || full_da || chain_traced || slopes_wanted || g.sink ||
                          sink_traced || g.lambda;
     // the chain's first Scale from the softmax's input back, applied in the softmax backward's
-    // pass when only Masks come before it (they pass dS as it is; an Alibi's slopes read it)
+    // pass when only Masks and Reshapes come before it (they pass dS as it is; an Alibi's slopes read it)
     // and no value of the chain is asked for (the same roundings either way)
     const auto first_scale = std::find_if(op.chain.begin(), op.chain.end(),
                                           [](const ChainLink<T>& link) {
                                               return link.kind != Kind::mask && link.kind != Kind::reshape;
                                           });
-    const bool scale_now = first_scale != op.chain.end() && first_scale->kind == Kind::scale && !chain_traced;
+    // (an additive Mask's tensor reads dS before the Scale: not then)
+    const bool scale_now = first_scale != op.chain.end() && first_scale->kind == Kind::scale && !chain_traced &&
+                           std::all_of(bias_at.begin(), bias_at.begin() + (first_scale - op.chain.begin()),
+                                       [](const BiasGrad<T>* bg) { return bg == nullptr; });
     // an Alibi's slopes: each batch's sum of dy·|i + offset − j| (in double), into the slopes
     // after the tasks, in batch order
     const std::size_t links = op.chain.size();
@@ -191,8 +194,10 @@ void backward_blocks(const AttentionOperands<T>& op, const T* a_kept, const T* d
                 const ChainLink<T>& link = op.chain[i];
                 if (i < g.chain.size() && g.chain[i]) add_span(g.chain[i] + at, ds, rows, m, lo, hi);
                 if (link.kind == Kind::reshape) continue;  // the same elements: dx = dy
-                if (link.kind == Kind::add) {  // dx = dy; the bias's operands get theirs
-                    if (const BiasGrad<T>* bg = bias_at[i]) {
+                // an Add (dx = dy) or an additive Mask (dx = dy where kept): the bias's or the
+                // mask's operands get theirs
+                if (const BiasGrad<T>* bg = bias_at[i]) {
+                    {
                         std::array<T*, 3> to{};
                         std::array<std::size_t, 3> base{};
                         for (std::size_t k = 0; k < bg->operands.size() && k < to.size(); ++k) {
@@ -202,8 +207,8 @@ void backward_blocks(const AttentionOperands<T>& op, const T* a_kept, const T* d
                         }
                         bg->add(b, r0, rows, lo, hi, ds, to.data(), base.data());
                     }
-                    continue;
                 }
+                if (link.kind == Kind::add) continue;
                 if (link.kind == Kind::alibi && i < g.slopes.size() && g.slopes[i]) {
                     double sum = 0;
                     for (std::size_t r = 0; r < rows; ++r) {

@@ -129,10 +129,10 @@ std::vector<AttentionGroup> attention_groups(const Graph& g, const Plan& plan) {
         if (step.kind != StepKind::attention || !step.attention) continue;
         const AttentionSpec& spec = *step.attention;
         // the backward fuses a chain of Scales, ALiBi biases, Masks (patterns and boolean
-        // tensors), Adds of a bias (a tensor, or made by a Gather or a Mul the step reads
-        // through) and one Tanh (softcapping), with or without gpt-oss's sinks (a sink logit
-        // per matrix, S_zero = 0·S_first) or the Differential Transformer's two maps (a lambda
-        // per O matrix), not additive masks: their nodes' own backward runs
+        // or additive tensors), Adds of a bias (a tensor, or made by a Gather or a Mul the step
+        // reads through), one Tanh (softcapping) and Reshapes of the batch axes, with or without
+        // gpt-oss's sinks (a sink logit per matrix, S_zero = 0·S_first) or the Differential
+        // Transformer's two maps (a lambda per O matrix); other forms run their nodes' own backward
         // (the sink operand's stride along the rows of (..., n, 1) is 0, lambda's along the
         // rows and keys of (..., n, m): one per matrix)
         const bool sink_fuses = spec.sink && spec.sink->factor == 0.0 && spec.sink_strides.size() >= 2 &&
@@ -145,7 +145,7 @@ std::vector<AttentionGroup> attention_groups(const Graph& g, const Plan& plan) {
             tanhs += st.kind == ScoreStage::Kind::tanh;
             plain = plain && (st.kind == ScoreStage::Kind::scale || st.kind == ScoreStage::Kind::alibi ||
                               st.kind == ScoreStage::Kind::tanh || st.kind == ScoreStage::Kind::add ||
-                              (st.kind == ScoreStage::Kind::mask && st.mask_tensor != ScoreStage::MaskTensor::additive));
+                              st.kind == ScoreStage::Kind::mask);
         }
         plain = plain && tanhs <= 1;
         for (int f : step.folded) {
@@ -213,7 +213,7 @@ std::vector<AttentionGroup> attention_groups(const Graph& g, const Plan& plan) {
                 const Shape& x = g.value(link.inputs[0]).shape;  // (..., h, n, m)
                 grp.chain.push_back({node, s_in, {Kind::alibi, 1.0, alibi->offset, x.end()[-3]}, stage});
             } else if (link.is<ops::Mask>()) {
-                grp.chain.push_back({node, s_in, {Kind::mask}, stage});
+                grp.chain.push_back({node, s_in, {Kind::mask}, stage, 1});  // (an additive tensor: slot 1)
             } else if (link.is<ops::Tanh>()) {
                 grp.chain.push_back({node, s_in, {Kind::tanh}, stage});
             } else if (link.is<ops::Add>() && stages < spec.stages.size()) {
@@ -686,10 +686,16 @@ private:
             g.a_second = internal(grp.a_second);
             g.a_weighted = internal(grp.a_weighted);
         }
-        for (std::size_t i = 0; i < grp.chain.size(); ++i)
-            if (grp.chain[i].op.kind == ChainKind::add) add_bias_grads(grp, i, kernel, op);
-        for (const AttentionGroup::Link& link : grp.chain)  // a Mask's boolean tensor: its gradient stays 0
-            if (link.op.kind == ChainKind::mask && nodes[link.node].inputs.size() == 2) input_grad(link.node, 1);
+        // an Add's bias and an additive Mask's tensor get dS (a Mask's boolean tensor: 0)
+        for (std::size_t i = 0; i < grp.chain.size(); ++i) {
+            const AttentionGroup::Link& link = grp.chain[i];
+            const bool tensor = link.op.kind == ChainKind::mask && nodes[link.node].inputs.size() == 2;
+            if (link.op.kind == ChainKind::add ||
+                (tensor && grp.spec->stages[link.stage].mask_tensor == ScoreStage::MaskTensor::additive))
+                add_bias_grads(grp, i, kernel, op);
+            else if (tensor)
+                input_grad(link.node, 1);
+        }
         allocate(at(grp.o));
         const Array<T>* a_kept = grp.a_diff >= 0 ? nullptr : m_forward[at(grp.a)];  // diff: always recomputed
         attention_backward<T>(op, a_kept ? a_kept->data() : nullptr, m_grad[at(grp.o)].data(), g);
@@ -726,10 +732,10 @@ private:
         }
     }
 
-    // The gradients of chain link i's bias (an Add of the step, engine/attention_kernel.hpp's
-    // BiasGrad): its operands' (the bias tensor's, or its folded Gather's table's, or its
-    // folded Mul's two), and a folded bias's own when it is asked for; into op.biases when any
-    // is wanted.
+    // The gradients of chain link i's bias (an Add of the step, or an additive Mask's tensor:
+    // engine/attention_kernel.hpp's BiasGrad): its operands' (the bias tensor's, or its folded
+    // Gather's table's, or its folded Mul's two), and a folded bias's own when it is asked for;
+    // into op.biases when any is wanted.
     void add_bias_grads(const AttentionGroup& grp, std::size_t i, const AttentionKernel<T>& kernel,
                         AttentionOperands<T>& op) {
         const auto& nodes = m_graph.nodes();

@@ -219,7 +219,8 @@ public:
     /// output copied out on the way (null: none).
     Weights weights(const Block& blk, T* scratch, Out<T> kept, const Capture* capture = nullptr) const;
     /// @brief The backward of Add stage `st` for its operands (ops/add.hpp, and the folded
-    /// ops/gather.hpp's or ops/mul.hpp's): dS of query rows [r0, r0 + rows) of Q's matrix b
+    /// ops/gather.hpp's or ops/mul.hpp's; an additive Mask's tensor as a bias, ops/mask.hpp):
+    /// dS of query rows [r0, r0 + rows) of Q's matrix b
     /// over the keys [lo, hi) (row r at ds[r·m + j]) added to the bias's elements (the
     /// table's at the indices; a Mul's operands times the other's values), operand k's
     /// element e at to[k][e − base[k]] (to[k] null: not wanted), row by row, key by key.

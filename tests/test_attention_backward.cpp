@@ -423,6 +423,7 @@ struct MaskCase {
     // "gather" T5's relative positions, Gather(table (h, n + m - 1), i - j + m - 1) along the
     // table's last axis; "mul" attention-gym's ALiBi, Mul(slopes (h, 1, 1), j - i (n, m))
     std::string bias{};
+    bool additive = false;  // the keep tensor as an additive mask: 0 where kept, -inf where dropped
 };
 
 // the added bias's operands, as masked_graph makes them (f64)
@@ -498,8 +499,11 @@ Graph masked_graph(const MaskCase& mc, DType dtype) {
     if (mc.softcap > 0)  // as graphs/flex_mods.hpp's softcap
         s = scale(tanh(scale(s, 1.0 / mc.softcap).named("S_div")).named("S_tanh"), mc.softcap).named("S_capped");
     if (!mc.keep.empty()) {
-        Value keep = g.input("keep", keep_tensor(mc.keep, dtype));
-        s = mask_tensor(s, keep, false, mc.pattern == "causal", mc.from_end ? causal_from_end : mc.offset);
+        Tensor t = keep_tensor(mc.keep, DType::f64);
+        if (mc.additive)
+            for (double& x : t.as<double>()) x = x != 0.0 ? 0.0 : -INFINITY;
+        Value keep = g.input("keep", t.cast(dtype));
+        s = mask_tensor(s, keep, mc.additive, mc.pattern == "causal", mc.from_end ? causal_from_end : mc.offset);
     } else if (mc.pattern == "causal") {
         s = mask_causal(s, mc.from_end ? causal_from_end : mc.offset);
     } else if (mc.pattern == "window") {
@@ -625,6 +629,10 @@ const std::vector<MaskCase> masked_cases = {
     {.c = {{2, 3, 200, 16}, {2, 3, 200, 16}, {2, 3, 200, 16}, true}, .pattern = "causal", .bias = "tensor"},
     {.c = {{1, 2, 300, 8}, {1, 2, 300, 8}, {1, 2, 300, 8}, true}, .pattern = "window", .window = 40, .bias = "gather"},
     {.c = {{2, 2, 150, 8}, {2, 2, 150, 8}, {2, 2, 150, 8}, true}, .pattern = "causal", .softcap = 2.0, .bias = "mul"},
+    // additive mask tensors (ONNX's float attn_mask), whose gradient is dS where they keep a
+    // key: a causal one with a fully masked row, and a key padding row shared by every row
+    {.c = {{2, 150, 8}, {2, 150, 8}, {2, 150, 8}, true}, .pattern = "causal", .keep = {150, 150}, .additive = true},
+    {.c = {{2, 140, 8}, {2, 140, 8}, {2, 140, 8}, true}, .keep = {1, 140}, .additive = true},
 };
 
 // the gradients every masked case is checked on: Q, K, V, and the ALiBi slopes and the sink
@@ -637,12 +645,23 @@ std::vector<std::string> grad_names(const MaskCase& mc) {
     if (mc.bias == "tensor") names.emplace_back("bias");
     if (mc.bias == "gather") names.emplace_back("rel_table");
     if (mc.bias == "mul") names.insert(names.end(), {"bias_slopes", "distance"});
+    if (mc.additive) names.emplace_back("keep");
     return names;
 }
 
 // the plain loop's view of the added bias, from the graph's own operands (cast to f64)
 AddedBias added_of(const MaskCase& mc, const Graph& g) {
     AddedBias ab;
+    if (mc.additive) {  // the mask adds 0 where it keeps a key; its gradient there is dz
+        const Shape k = mc.keep;
+        const std::size_t rows = k.end()[-2], cols = k.back();
+        ab.value = [](std::size_t, std::size_t, std::size_t) { return 0.0; };
+        ab.grad = [=](std::size_t b, std::size_t i, std::size_t j, double dz, Reference& r) {
+            r.dbias[(keep_lead(k, b) * rows + (rows > 1 ? i : 0)) * cols + j] += dz;
+        };
+        ab.sizes[0] = element_count(k);
+        return ab;
+    }
     if (mc.bias.empty()) return ab;
     const std::size_t h = mc.c.q.end()[-3], n = mc.c.q.end()[-2], m = mc.c.k.end()[-2], len = n + m - 1;
     auto data = [&](const std::string& name) {
@@ -696,7 +715,7 @@ BOOST_DATA_TEST_CASE(masked_fused_backward_matches_a_plain_loop_reference, bdata
             if (!mc.alibi.empty()) BOOST_TEST(rel_error(r->grads.at("alibi_slopes"), ref.dslopes) <= 2e-5);
             if (!mc.sinks.empty()) BOOST_TEST(rel_error(r->grads.at("sinks"), ref.dsinks) <= 2e-5);
             if (!mc.lambda.empty()) BOOST_TEST(rel_error(r->grads.at("lambda"), ref.dlambda) <= 2e-5);
-            if (!mc.bias.empty()) {
+            if (!mc.bias.empty() || mc.additive) {
                 const std::vector<std::string> names = grad_names(mc);
                 BOOST_TEST(rel_error(r->grads.at(names[3]), ref.dbias) <= 2e-5);
                 if (mc.bias == "mul") BOOST_TEST(rel_error(r->grads.at("distance"), ref.dmultiplier) <= 2e-5);
