@@ -197,16 +197,14 @@ void backward_blocks(const AttentionOperands<T>& op, const T* a_kept, const T* d
                 // an Add (dx = dy) or an additive Mask (dx = dy where kept): the bias's or the
                 // mask's operands get theirs
                 if (const BiasGrad<T>* bg = bias_at[i]) {
-                    {
-                        std::array<T*, 3> to{};
-                        std::array<std::size_t, 3> base{};
-                        for (std::size_t k = 0; k < bg->operands.size() && k < to.size(); ++k) {
-                            if (!bg->operands[k].grad) continue;
-                            to[k] = bias_of[i][k].target(b);
-                            base[k] = bg->operands[k].matrix_of[b] * bg->operands[k].size;
-                        }
-                        bg->add(b, r0, rows, lo, hi, ds, to.data(), base.data());
+                    std::array<T*, 3> to{};
+                    std::array<std::size_t, 3> base{};
+                    for (std::size_t k = 0; k < bg->operands.size() && k < to.size(); ++k) {
+                        if (!bg->operands[k].grad) continue;
+                        to[k] = bias_of[i][k].target(b);
+                        base[k] = bg->operands[k].matrix_of[b] * bg->operands[k].size;
                     }
+                    bg->add(b, r0, rows, lo, hi, ds, to.data(), base.data());
                 }
                 if (link.kind == Kind::add) continue;
                 if (link.kind == Kind::alibi && i < g.slopes.size() && g.slopes[i]) {
@@ -247,6 +245,10 @@ void backward_blocks(const AttentionOperands<T>& op, const T* a_kept, const T* d
             const T* v = op.v + v_of[u] * m * dv;
             T* dv_u = dv_of.target(u);
             const T lambda = diff ? op.lambda[op.lambda_of[u]] : T(0);
+            // A_diff = Sub(A_1, A_2_weighted), A_2_weighted = Mul(A_2, lambda): dA_2_weighted =
+            // dA_diff·to_weighted (the Sub's −1), dA_2 = dA_2_weighted·to_second (the Mul's lambda)
+            const T to_weighted = ops::Sub::partial_b(sub, T(0), T(0), T(0));
+            const T to_second = ops::Mul::partial_a(mul, T(0), lambda, T(0));
             for (std::size_t step = 0; step < steps; ++step) {
                 const std::size_t r0 = step * step_rows, rows = std::min(step_rows, n - r0);
                 const T* do_blk = d_o + (u * n + r0) * dv;
@@ -309,8 +311,7 @@ void backward_blocks(const AttentionOperands<T>& op, const T* a_kept, const T* d
                         if (g.a_diff) add_into(g.a_diff + at_o, full, rows * m);
                         if (g.a_first) add_into(g.a_first + at_o, full, rows * m);
                         for (std::size_t e = 0; e < rows * m; ++e) {
-                            const T dw = full[e] * ops::Sub::partial_b(sub, T(0), T(0), T(0));
-                            const T d2 = dw * ops::Mul::partial_a(mul, T(0), lambda, T(0));
+                            const T dw = full[e] * to_weighted, d2 = dw * to_second;
                             if (g.a_weighted) g.a_weighted[at_o + e] += dw;
                             if (g.a_second) g.a_second[at_o + e] += d2;
                             if (g.da) g.da[at + n * m + e] += d2;
@@ -324,8 +325,8 @@ void backward_blocks(const AttentionOperands<T>& op, const T* a_kept, const T* d
                     double sum = 0;
                     for (std::size_t r = 0; r < rows; ++r)
                         for (std::size_t j = lo; j < hi; ++j) {
-                            const T dw = ds[r * m + j] * ops::Sub::partial_b(sub, T(0), T(0), T(0));
-                            ds2[r * m + j] = dw * ops::Mul::partial_a(mul, T(0), lambda, T(0));
+                            const T dw = ds[r * m + j] * to_weighted;
+                            ds2[r * m + j] = dw * to_second;
                             sum += static_cast<double>(dw * ops::Mul::partial_b(mul, a2[r * m + j], lambda, T(0)));
                         }
                     if (g.lambda) lambda_sums[u] += sum;

@@ -200,7 +200,8 @@ std::vector<AttentionGroup> attention_groups(const Graph& g, const Plan& plan) {
             const Node& link = producer(s_in);
             const auto node = static_cast<std::size_t>(g.value(s_in).producer);
             using Kind = ChainKind;
-            const std::size_t stage = spec.stages.size() - 1 - std::min(stages, spec.stages.size() - 1);
+            // the stage this link is, counted from the last (the chain runs back from the softmax)
+            const std::size_t stage = stages < spec.stages.size() ? spec.stages.size() - 1 - stages : 0;
             if (link.is<ops::Reshape>() && folded(s_in)) {  // passes dS as it is (the same elements)
                 grp.chain.push_back({node, s_in, {Kind::reshape}});
                 s_in = link.inputs[0];
@@ -218,8 +219,7 @@ std::vector<AttentionGroup> attention_groups(const Graph& g, const Plan& plan) {
                 grp.chain.push_back({node, s_in, {Kind::tanh}, stage});
             } else if (link.is<ops::Add>() && stages < spec.stages.size()) {
                 // the step's stage: its bias is its operand, or made by a folded Gather or Mul of it
-                const std::size_t si = stage;
-                const ScoreStage& st = spec.stages[si];
+                const ScoreStage& st = spec.stages[stage];
                 if (st.kind != ScoreStage::Kind::add || st.operand < 0) break;
                 const int operand = step.inputs[static_cast<std::size_t>(st.operand)];
                 const bool through = st.index >= 0 || st.multiplier >= 0;
@@ -229,7 +229,7 @@ std::vector<AttentionGroup> attention_groups(const Graph& g, const Plan& plan) {
                     const int id = link.inputs[k], p = g.value(id).producer;
                     if (!through) {
                         if (id == operand) slot = k;
-                    } else if (p >= 0 && std::find(step.folded.begin(), step.folded.end(), p) != step.folded.end() &&
+                    } else if (folded(id) &&
                                (nodes[static_cast<std::size_t>(p)].is<ops::Gather>() ||
                                 nodes[static_cast<std::size_t>(p)].is<ops::Mul>()) &&
                                nodes[static_cast<std::size_t>(p)].inputs[0] == operand) {
@@ -238,7 +238,7 @@ std::vector<AttentionGroup> attention_groups(const Graph& g, const Plan& plan) {
                     }
                 }
                 if (slot > 1) break;
-                grp.chain.push_back({node, s_in, {Kind::add}, si, slot, bias_node});
+                grp.chain.push_back({node, s_in, {Kind::add}, stage, slot, bias_node});
                 s_in = link.inputs[1 - slot];
                 continue;
             } else {
@@ -792,14 +792,10 @@ private:
             }
         }
         if (std::none_of(bg.operands.begin(), bg.operands.end(), [](const Operand& o) { return o.grad; })) return;
-        bg.add = [&kernel, &st, n, m, self_strides](std::size_t b, std::size_t r0, std::size_t rows, std::size_t lo,
-                                                     std::size_t hi, const T* ds, T* const* to, const std::size_t* base) {
+        bg.add = [&kernel, &st, self_strides](std::size_t b, std::size_t r0, std::size_t rows, std::size_t lo,
+                                               std::size_t hi, const T* ds, T* const* to, const std::size_t* base) {
             kernel.add_backward(st, b, r0, rows, lo, hi, ds, to, base);
-            if (!to[2]) return;
-            for (std::size_t r = 0; r < rows; ++r) {
-                const std::size_t off = ops::broadcast_offset((b * n + r0 + r) * m + lo, st.shape, self_strides);
-                for (std::size_t j = lo; j < hi; ++j) to[2][off + (j - lo) * self_strides.back() - base[2]] += ds[r * m + j];
-            }
+            if (to[2]) kernel.add_broadcast(st, self_strides, b, r0, rows, lo, hi, ds, to[2], base[2]);
         };
         op.biases.push_back(std::move(bg));
     }

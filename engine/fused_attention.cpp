@@ -387,6 +387,10 @@ void AttentionKernel<T>::add_backward(const ScoreStage& st, std::size_t b, std::
     const std::size_t si = static_cast<std::size_t>(&st - m_spec.stages.data());
     const T* operand = m_operands[si];
     const std::vector<std::size_t>& strides = m_spec.operand_strides[si];
+    if (st.index < 0 && st.multiplier < 0) {  // Add's backward: db += dy
+        if (to[0]) add_broadcast(st, strides, b, r0, rows, lo, hi, ds, to[0], base[0]);
+        return;
+    }
     const std::size_t m = m_spec.m, n = m_spec.n, count = hi - lo;
     const ops::MulAttrs mul{};
     for (std::size_t r = 0; r < rows && count > 0; ++r) {
@@ -399,7 +403,7 @@ void AttentionKernel<T>::add_backward(const ScoreStage& st, std::size_t b, std::
             const std::uint32_t* pos = m_positions[si].data() + off % st.index_count;
             T* table = to[0] + (off / st.index_count * st.table_len - base[0]);
             for (std::size_t k = 0; k < count; ++k) table[pos[k * step]] += dy[k];
-        } else if (st.multiplier >= 0) {  // Mul's backward: da += dy·b, db += dy·a
+        } else {  // Mul's backward: da += dy·b, db += dy·a
             const std::vector<std::size_t>& ms = m_spec.multiplier_strides[si];
             const std::size_t moff = ops::broadcast_offset(at, st.shape, ms), mstep = ms.back();
             const T* mult = m_multipliers[si];
@@ -411,9 +415,19 @@ void AttentionKernel<T>::add_backward(const ScoreStage& st, std::size_t b, std::
                 for (std::size_t k = 0; k < count; ++k)
                     to[1][moff + k * mstep - base[1]] +=
                         dy[k] * ops::Mul::partial_b(mul, operand[off + k * step], mult[moff + k * mstep], T(0));
-        } else if (to[0]) {  // Add's backward: db += dy
-            for (std::size_t k = 0; k < count; ++k) to[0][off + k * step - base[0]] += dy[k];
         }
+    }
+}
+
+template <class T>
+void AttentionKernel<T>::add_broadcast(const ScoreStage& st, const std::vector<std::size_t>& strides, std::size_t b,
+                                       std::size_t r0, std::size_t rows, std::size_t lo, std::size_t hi, const T* ds,
+                                       T* to, std::size_t base) const {
+    const std::size_t m = m_spec.m, n = m_spec.n, step = strides.back();
+    for (std::size_t r = 0; r < rows && lo < hi; ++r) {
+        const std::size_t off = ops::broadcast_offset((b * n + r0 + r) * m + lo, st.shape, strides) - base;
+        const T* dy = ds + r * m + lo;
+        for (std::size_t k = 0; k < hi - lo; ++k) to[off + k * step] += dy[k];
     }
 }
 

@@ -226,6 +226,10 @@ public:
     /// element e at to[k][e − base[k]] (to[k] null: not wanted), row by row, key by key.
     void add_backward(const ScoreStage& st, std::size_t b, std::size_t r0, std::size_t rows, std::size_t lo,
                       std::size_t hi, const T* ds, T* const* to, const std::size_t* base) const;
+    /// @brief The same dS added to a tensor broadcast to `st`'s shape by `strides`, as the Add
+    /// op's backward reduces it (a bias, or a folded bias itself): element e at to[e − base].
+    void add_broadcast(const ScoreStage& st, const std::vector<std::size_t>& strides, std::size_t b, std::size_t r0,
+                       std::size_t rows, std::size_t lo, std::size_t hi, const T* ds, T* to, std::size_t base) const;
     /// @brief O's rows of block (b, i) of O's matrix b: weights(), then o = A·V, or with `diff`
     /// the weights of both maps, A_diff and o = A_diff·V (o points at row i·gemm_row_block of
     /// O's matrix b).

@@ -211,7 +211,7 @@ enum class Mode { untraced, traced, plain };
 // dL/dY of the graph's output Y
 Tensor grad_of_y(const Graph& g, DType dtype) { return graphs::random_tensor(g.value(g.at("Y")).shape, dtype, 4); }
 
-Run run_backward(const Graph& g, const Case&, Mode mode, int threads, std::vector<std::string> wrt = {"Q", "K", "V"}) {
+Run run_backward(const Graph& g, Mode mode, int threads, std::vector<std::string> wrt = {"Q", "K", "V"}) {
     Executor ex(threads);
     RunOptions o;
     o.keep_for_backward = mode == Mode::untraced;
@@ -243,8 +243,8 @@ const std::vector<Case> cases = {
 BOOST_DATA_TEST_CASE(fused_backward_matches_a_plain_loop_reference, bdata::xrange(cases.size()), ci) {
     const Case& c = cases[ci];
     const Graph g = attention_graph(c, DType::f32);
-    const Run fused = run_backward(g, c, Mode::untraced, 2);
-    const Run plain = run_backward(g, c, Mode::plain, 2);
+    const Run fused = run_backward(g, Mode::untraced, 2);
+    const Run plain = run_backward(g, Mode::plain, 2);
     const auto& in = g.values();
     auto data = [&](const std::string& name) { return in[static_cast<std::size_t>(g.at(name))].data->cast(DType::f64); };
     const Tensor grad_y = grad_of_y(g, DType::f32).cast(DType::f64);
@@ -264,9 +264,9 @@ BOOST_DATA_TEST_CASE(fused_backward_bit_identical_for_any_thread_count,
                      bdata::xrange(cases.size()) * bdata::make({0, 1}), ci, f64) {
     const Case& c = cases[ci];
     const Graph g = attention_graph(c, f64 ? DType::f64 : DType::f32);
-    const Run one = run_backward(g, c, Mode::untraced, 1);
+    const Run one = run_backward(g, Mode::untraced, 1);
     for (int threads : {2, 4, 8}) {
-        const Run many = run_backward(g, c, Mode::untraced, threads);
+        const Run many = run_backward(g, Mode::untraced, threads);
         for (const char* name : {"Q", "K", "V"}) BOOST_TEST_CONTEXT(name << " at " << threads << " threads") {
                 BOOST_TEST(same_bits(one.grads.at(name), many.grads.at(name)));
             }
@@ -278,9 +278,9 @@ BOOST_DATA_TEST_CASE(traced_and_untraced_backward_agree_bitwise, bdata::xrange(c
     // traced: A (and S_raw, S, KT) kept and read; untraced: A recomputed with the forward's kernel
     const Case& c = cases[ci];
     const Graph g = attention_graph(c, DType::f32);
-    const Run untraced = run_backward(g, c, Mode::untraced, threads);
+    const Run untraced = run_backward(g, Mode::untraced, threads);
     std::vector<std::string> every;  // what `grad --trace` asks for: every value
-    const Run traced = run_backward(g, c, Mode::traced, threads, every);
+    const Run traced = run_backward(g, Mode::traced, threads, every);
     BOOST_TEST(!untraced.forward.values[static_cast<std::size_t>(g.at("A"))]);
     BOOST_TEST(traced.forward.values[static_cast<std::size_t>(g.at("A"))]);
     for (const char* name : {"Q", "K", "V"}) BOOST_TEST_CONTEXT(name) {
@@ -294,8 +294,8 @@ BOOST_AUTO_TEST_CASE(traced_intermediate_gradients_match_the_plain_backward) {
     const Case c{{2, 150, 8}, {2, 150, 8}, {2, 150, 8}, true};
     const Graph g = attention_graph(c, DType::f64);
     std::vector<std::string> every;
-    const Run fused = run_backward(g, c, Mode::traced, 2, every);
-    const Run plain = run_backward(g, c, Mode::plain, 2, every);
+    const Run fused = run_backward(g, Mode::traced, 2, every);
+    const Run plain = run_backward(g, Mode::plain, 2, every);
     for (const auto& v : g.values()) BOOST_TEST_CONTEXT(v.name) {
             const Tensor& want = plain.grads.at(v.name);
             std::vector<double> w(want.size());
@@ -320,7 +320,7 @@ BOOST_AUTO_TEST_CASE(no_keys_give_zero_gradients) {
     const Graph g = attention_graph(c, DType::f32);
     for (Mode mode : {Mode::untraced, Mode::traced})
         for (int threads : {1, 2}) {
-            const Run r = run_backward(g, c, mode, threads);
+            const Run r = run_backward(g, mode, threads);
             const Tensor& dq = r.grads.at("Q");
             BOOST_REQUIRE_EQUAL(dq.size(), 20u);
             for (std::size_t i = 0; i < dq.size(); ++i) BOOST_TEST(dq.at_flat(i) == 0.0);
@@ -333,9 +333,9 @@ BOOST_AUTO_TEST_CASE(only_the_gradients_asked_for_are_computed) {
     // dV alone needs no dS; dQ alone no dV
     const Case c{{2, 140, 8}, {2, 140, 8}, {2, 140, 8}, true};
     const Graph g = attention_graph(c, DType::f32);
-    const Run all = run_backward(g, c, Mode::untraced, 2);
-    const Run v_only = run_backward(g, c, Mode::untraced, 2, {"V"});
-    const Run q_only = run_backward(g, c, Mode::untraced, 2, {"Q"});
+    const Run all = run_backward(g, Mode::untraced, 2);
+    const Run v_only = run_backward(g, Mode::untraced, 2, {"V"});
+    const Run q_only = run_backward(g, Mode::untraced, 2, {"Q"});
     BOOST_TEST(same_bits(all.grads.at("V"), v_only.grads.at("V")));
     BOOST_TEST(same_bits(all.grads.at("Q"), q_only.grads.at("Q")));
     BOOST_TEST(!v_only.grads.contains("Q"));
@@ -700,8 +700,8 @@ AddedBias added_of(const MaskCase& mc, const Graph& g) {
 BOOST_DATA_TEST_CASE(masked_fused_backward_matches_a_plain_loop_reference, bdata::xrange(masked_cases.size()), ci) {
     const MaskCase& mc = masked_cases[ci];
     const Graph g = masked_graph(mc, DType::f32);
-    const Run fused = run_backward(g, mc.c, Mode::untraced, 2, grad_names(mc));
-    const Run plain = run_backward(g, mc.c, Mode::plain, 2, grad_names(mc));
+    const Run fused = run_backward(g, Mode::untraced, 2, grad_names(mc));
+    const Run plain = run_backward(g, Mode::plain, 2, grad_names(mc));
     auto data = [&](const std::string& name) {
         return g.values()[static_cast<std::size_t>(g.at(name))].data->cast(DType::f64);
     };
@@ -731,9 +731,9 @@ BOOST_DATA_TEST_CASE(masked_fused_backward_bit_identical_for_any_thread_count,
                      bdata::xrange(masked_cases.size()) * bdata::make({0, 1}), ci, f64) {
     const MaskCase& mc = masked_cases[ci];
     const Graph g = masked_graph(mc, f64 ? DType::f64 : DType::f32);
-    const Run one = run_backward(g, mc.c, Mode::untraced, 1, grad_names(mc));
+    const Run one = run_backward(g, Mode::untraced, 1, grad_names(mc));
     for (int threads : {2, 4}) {
-        const Run many = run_backward(g, mc.c, Mode::untraced, threads, grad_names(mc));
+        const Run many = run_backward(g, Mode::untraced, threads, grad_names(mc));
         for (const std::string& name : grad_names(mc)) BOOST_TEST_CONTEXT(name << " at " << threads << " threads") {
                 BOOST_TEST(same_bits(one.grads.at(name), many.grads.at(name)));
             }
@@ -743,8 +743,8 @@ BOOST_DATA_TEST_CASE(masked_fused_backward_bit_identical_for_any_thread_count,
 BOOST_DATA_TEST_CASE(masked_traced_and_untraced_backward_agree_bitwise, bdata::xrange(masked_cases.size()), ci) {
     const MaskCase& mc = masked_cases[ci];
     const Graph g = masked_graph(mc, DType::f32);
-    const Run untraced = run_backward(g, mc.c, Mode::untraced, 2, grad_names(mc));
-    const Run traced = run_backward(g, mc.c, Mode::traced, 2, {});  // every value, as `grad --trace`
+    const Run untraced = run_backward(g, Mode::untraced, 2, grad_names(mc));
+    const Run traced = run_backward(g, Mode::traced, 2, {});  // every value, as `grad --trace`
     BOOST_TEST(traced.forward.values[static_cast<std::size_t>(g.at("A"))]);
     for (const std::string& name : grad_names(mc)) BOOST_TEST_CONTEXT(name) {
             // a bias made by a Gather or a Mul: traced, the forward keeps it and the Gather's or
@@ -768,8 +768,8 @@ BOOST_DATA_TEST_CASE(masked_traced_intermediate_gradients_match_the_plain_backwa
     // chain's gradients, dS_raw, and the mask tensor's (0)
     const MaskCase& mc = masked_cases[ci];
     const Graph g = masked_graph(mc, DType::f64);
-    const Run fused = run_backward(g, mc.c, Mode::traced, 2, {});
-    const Run plain = run_backward(g, mc.c, Mode::plain, 2, {});
+    const Run fused = run_backward(g, Mode::traced, 2, {});
+    const Run plain = run_backward(g, Mode::plain, 2, {});
     for (const auto& v : g.values()) BOOST_TEST_CONTEXT(v.name) {
             const Tensor& want = plain.grads.at(v.name);
             const Tensor& got = fused.grads.at(v.name);
@@ -790,8 +790,8 @@ BOOST_DATA_TEST_CASE(folded_bias_gradient_asked_for_untraced, bdata::make({"gath
     const Graph g = masked_graph(mc, DType::f64);
     std::vector<std::string> wrt = grad_names(mc);
     wrt.emplace_back("bias_value");
-    const Run fused = run_backward(g, mc.c, Mode::untraced, 2, wrt);
-    const Run plain = run_backward(g, mc.c, Mode::plain, 2, wrt);
+    const Run fused = run_backward(g, Mode::untraced, 2, wrt);
+    const Run plain = run_backward(g, Mode::plain, 2, wrt);
     BOOST_TEST(!fused.forward.values[static_cast<std::size_t>(g.at("bias_value"))]);
     for (const std::string& name : wrt) BOOST_TEST_CONTEXT(name) {
             const Tensor& want = plain.grads.at(name);
@@ -840,8 +840,8 @@ Graph composite_graph(DType dtype, bool causal, double softcap) {
 
 BOOST_DATA_TEST_CASE(composite_gqa_fused_backward, bdata::make({0, 1}) * bdata::make({0.0, 2.0}), causal, softcap) {
     const Graph g = composite_graph(DType::f32, causal, softcap);
-    const Run fused = run_backward(g, composite_view, Mode::untraced, 2);
-    const Run plain = run_backward(g, composite_view, Mode::plain, 2);
+    const Run fused = run_backward(g, Mode::untraced, 2);
+    const Run plain = run_backward(g, Mode::plain, 2);
     auto data = [&](const std::string& name) {
         return g.values()[static_cast<std::size_t>(g.at(name))].data->cast(DType::f64);
     };
@@ -857,9 +857,9 @@ BOOST_DATA_TEST_CASE(composite_gqa_fused_backward, bdata::make({0, 1}) * bdata::
     for (const char* name : {"attn.S_raw_groups", "attn.S_raw", "attn.S", "attn.A", "attn.A_groups"})
         if (g.find(name) >= 0) BOOST_TEST(!fused.forward.values[static_cast<std::size_t>(g.at(name))], name);
     // bit-identical for any thread count, and traced (every value asked for) as untraced
-    const Run one = run_backward(g, composite_view, Mode::untraced, 1);
-    const Run four = run_backward(g, composite_view, Mode::untraced, 4);
-    const Run traced = run_backward(g, composite_view, Mode::traced, 2, {});
+    const Run one = run_backward(g, Mode::untraced, 1);
+    const Run four = run_backward(g, Mode::untraced, 4);
+    const Run traced = run_backward(g, Mode::traced, 2, {});
     for (const char* name : {"Q", "K", "V"}) BOOST_TEST_CONTEXT(name) {
             BOOST_TEST(same_bits(one.grads.at(name), fused.grads.at(name)));
             BOOST_TEST(same_bits(four.grads.at(name), fused.grads.at(name)));
@@ -869,8 +869,8 @@ BOOST_DATA_TEST_CASE(composite_gqa_fused_backward, bdata::make({0, 1}) * bdata::
 
 BOOST_DATA_TEST_CASE(composite_gqa_traced_intermediate_gradients_match_the_plain_backward, bdata::make({0, 1}), causal) {
     const Graph g = composite_graph(DType::f64, causal, 0.0);
-    const Run fused = run_backward(g, composite_view, Mode::traced, 2, {});
-    const Run plain = run_backward(g, composite_view, Mode::plain, 2, {});
+    const Run fused = run_backward(g, Mode::traced, 2, {});
+    const Run plain = run_backward(g, Mode::plain, 2, {});
     for (const auto& v : g.values()) BOOST_TEST_CONTEXT(v.name) {
             const Tensor& want = plain.grads.at(v.name);
             std::vector<double> w(want.size());
@@ -884,8 +884,8 @@ BOOST_AUTO_TEST_CASE(composite_gqa_views_asked_for_untraced) {
     // for: KT's is dKᵀ, its view KT_groups' the same elements, A_groups' A's
     const Graph g = composite_graph(DType::f64, true, 0.0);
     const std::vector<std::string> wrt{"Q", "K", "V", "attn.KT", "attn.KT_groups", "attn.A_groups"};
-    const Run fused = run_backward(g, composite_view, Mode::untraced, 2, wrt);
-    const Run plain = run_backward(g, composite_view, Mode::plain, 2, wrt);
+    const Run fused = run_backward(g, Mode::untraced, 2, wrt);
+    const Run plain = run_backward(g, Mode::plain, 2, wrt);
     for (const char* name : {"attn.KT", "attn.KT_groups", "attn.A_groups"})
         BOOST_TEST(!fused.forward.values[static_cast<std::size_t>(g.at(name))], name);
     for (const std::string& name : wrt) BOOST_TEST_CONTEXT(name) {
@@ -916,8 +916,8 @@ BOOST_AUTO_TEST_CASE(padded_keys_are_not_computed_by_the_backward) {
     Value s = mask_padding(scale(matmul(q, transpose(k)), factor_of(mc.c)), mc.lengths);
     gb.output(matmul(softmax(s), v).named("Y"));
     const Graph g = gb.build();
-    const Run r = run_backward(g, mc.c, Mode::untraced, 2);
-    const Run want = run_backward(clean, mc.c, Mode::untraced, 2);  // the same graph without NaN
+    const Run r = run_backward(g, Mode::untraced, 2);
+    const Run want = run_backward(clean, Mode::untraced, 2);  // the same graph without NaN
     for (const std::string& name : grad_names(mc)) BOOST_TEST_CONTEXT(name) {
             const Tensor& got = r.grads.at(name);
             const Tensor& ref = want.grads.at(name);
