@@ -124,17 +124,16 @@ AttentionKernel<T>::AttentionKernel(const AttentionSpec& spec, In<T> in)
             m_tensor_spans[s] = tensor_spans(st, m_operands[s]);
         }
         if (st.index >= 0) {  // the Gather's checks and errors, as its node would give them
-            m_positions.resize(spec.stages.size());
             const Array<T>& index = *in[static_cast<std::size_t>(st.index)];
-            std::vector<std::uint32_t>& pos = m_positions[s];
-            pos.resize(index.size());
+            m_indices.resize(spec.stages.size());
+            m_indices[s] = index.data();
             try {
                 try {
-                    parallel_chunks(pos.size(), grain_for(8), [&](std::size_t p0, std::size_t p1) {
-                        ops::Gather::positions(index, st.table_len, -1, p0, p1, pos.data());
+                    parallel_chunks(index.size(), grain_for(8), [&](std::size_t p0, std::size_t p1) {
+                        ops::Gather::positions(index, st.table_len, -1, p0, p1);
                     });
                 } catch (const ValueError&) {  // the first bad index's error, as the node names it
-                    ops::Gather::positions(index, st.table_len, -1, 0, pos.size(), pos.data());
+                    ops::Gather::positions(index, st.table_len, -1, 0, index.size());
                 }
             } catch (const ValueError& e) {
                 throw ValueError("node '" + st.gather_node + "' (Gather, fused into this attention step): " + e.what());
@@ -357,12 +356,14 @@ void AttentionKernel<T>::stage(const ScoreStage& st, const Block& blk, T* s, std
                 break;
             case ScoreStage::Kind::add:  // ops/add.hpp
                 if (st.index >= 0) {  // bias = Gather(table, index) (ops/gather.hpp): a table row per row
-                    const std::uint32_t* pos = m_positions[si].data() + base % st.index_count;
+                    const T* index = m_indices[si] + base % st.index_count;
                     const T* table = operand + base / st.index_count * st.table_len;
+                    const std::size_t len = st.table_len;
                     if (step == 1)
-                        for (std::size_t k = 0; k < count; ++k) x[k] = x[k] + table[pos[k]];
+                        for (std::size_t k = 0; k < count; ++k) x[k] = x[k] + table[ops::Gather::position(index[k], len)];
                     else
-                        for (std::size_t k = 0; k < count; ++k) x[k] = x[k] + table[pos[k * step]];
+                        for (std::size_t k = 0; k < count; ++k)
+                            x[k] = x[k] + table[ops::Gather::position(index[k * step], len)];
                     break;
                 }
                 if (st.multiplier >= 0) {  // bias = Mul(operand, multiplier) (ops/mul.hpp)
@@ -400,9 +401,9 @@ void AttentionKernel<T>::add_backward(const ScoreStage& st, std::size_t b, std::
         const std::size_t off = ops::broadcast_offset(at, st.shape, strides), step = strides.back();
         if (st.index >= 0) {  // Gather's backward: table[row, position] += dy
             if (!to[0]) continue;
-            const std::uint32_t* pos = m_positions[si].data() + off % st.index_count;
+            const T* index = m_indices[si] + off % st.index_count;
             T* table = to[0] + (off / st.index_count * st.table_len - base[0]);
-            for (std::size_t k = 0; k < count; ++k) table[pos[k * step]] += dy[k];
+            for (std::size_t k = 0; k < count; ++k) table[ops::Gather::position(index[k * step], st.table_len)] += dy[k];
         } else {  // Mul's backward: da += dy·b, db += dy·a
             const std::vector<std::size_t>& ms = m_spec.multiplier_strides[si];
             const std::size_t moff = ops::broadcast_offset(at, st.shape, ms), mstep = ms.back();

@@ -257,9 +257,9 @@ private:
     // per stage with a tensor span: the span of each row of its mask tensor (its own shape's
     // rows, before broadcasting); empty for the other stages
     std::vector<std::vector<Span>> m_tensor_spans;
-    // per stage with a gathered bias: its indices as positions (ops::Gather::positions); empty
-    // for the other stages
-    std::vector<std::vector<std::uint32_t>> m_positions;
+    // per stage with a gathered bias: its indices (checked by ops::Gather::positions, read with
+    // ops::Gather::position); null for the other stages
+    std::vector<const T*> m_indices;
     const T* m_sink_bias = nullptr;  // the sink logits (spec.sink's operand)
     const T* m_lambda = nullptr;     // diff: lambda (spec.diff's operand)
     bool m_lambda_finite = true;     // diff: no lambda is inf or NaN

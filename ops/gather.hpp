@@ -38,25 +38,25 @@ struct Gather {
         return "gather(" + v[0] + ", " + v[1] + ", axis=" + std::to_string(a.axis) + ")";
     }
 
-    /// Indices [p0, p1) as positions in [0, len) into pos[p0 .. p1); throws ValueError on the
-    /// first bad one.
-    template <class T, class P>
-    static void positions(const Array<T>& indices, std::size_t len, int axis, std::size_t p0, std::size_t p1, P* pos) {
-        const long n = static_cast<long>(len);
+    /// The position in [0, len) of an index that positions() accepted.
+    template <class T>
+    static std::size_t position(T v, std::size_t len) noexcept {
+        const long i = static_cast<long>(v);
+        return static_cast<std::size_t>(i < 0 ? i + static_cast<long>(len) : i);
+    }
+
+    /// Checks indices [p0, p1): each a whole number in [-len, len); throws ValueError on the
+    /// first bad one. With pos, writes their positions into pos[p0 .. p1) as well.
+    template <class T, class P = std::size_t>
+    static void positions(const Array<T>& indices, std::size_t len, int axis, std::size_t p0, std::size_t p1,
+                          P* pos = nullptr) {
+        const double n = static_cast<double>(len);
         for (std::size_t p = p0; p < p1; ++p) {
             const T v = indices.data()[p];
-            const bool whole = std::isfinite(v) && std::trunc(v) == v;
-            const long i = whole && std::abs(v) < T(1e15) ? static_cast<long>(v) : 0;
-            if (!whole || std::abs(v) >= T(1e15) || i < -n || i >= n) {
-                char buf[64];
-                std::snprintf(buf, sizeof buf, "%.17g", static_cast<double>(v));
-                throw ValueError(std::string("index ") + buf + " at flat position " + std::to_string(p) +
-                                 " of indices (" + shape_str(shape_of(indices)) + ") is " +
-                                 (whole ? "out of range" : "not a whole number") + " for axis " + std::to_string(axis) +
-                                 " of size " + std::to_string(len) + " (allowed: " + std::to_string(-n) + " to " +
-                                 std::to_string(n - 1) + ")");
-            }
-            pos[p] = static_cast<P>(i < 0 ? i + n : i);
+            // a whole number in [-n, n) (NaN fails the comparisons)
+            if (!(static_cast<double>(v) >= -n && static_cast<double>(v) < n && std::trunc(v) == v))
+                bad_index(indices, len, axis, p);
+            if (pos) pos[p] = static_cast<P>(position(v, len));
         }
     }
 
@@ -106,6 +106,20 @@ struct Gather {
                     for (std::size_t k = 0; k < l.inner; ++k) d[k] += g[k];
                 }
         });
+    }
+
+private:
+    template <class T>
+    [[noreturn]] static void bad_index(const Array<T>& indices, std::size_t len, int axis, std::size_t p) {
+        const T v = indices.data()[p];
+        const bool whole = std::isfinite(v) && std::trunc(v) == v;
+        char buf[64];
+        std::snprintf(buf, sizeof buf, "%.17g", static_cast<double>(v));
+        const long n = static_cast<long>(len);
+        throw ValueError(std::string("index ") + buf + " at flat position " + std::to_string(p) + " of indices (" +
+                         shape_str(shape_of(indices)) + ") is " + (whole ? "out of range" : "not a whole number") +
+                         " for axis " + std::to_string(axis) + " of size " + std::to_string(len) + " (allowed: " +
+                         std::to_string(-n) + " to " + std::to_string(n - 1) + ")");
     }
 };
 

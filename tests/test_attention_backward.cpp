@@ -421,7 +421,7 @@ struct MaskCase {
     // a bias added after the Scale (and the ALiBi bias), before the cap and the Mask, as
     // FlexAttention's score_mods: "tensor" a (h, n, m) parameter (broadcast over axis 0);
     // "gather" T5's relative positions, Gather(table (h, n + m - 1), i - j + m - 1) along the
-    // table's last axis; "mul" attention-gym's ALiBi, Mul(slopes (h, 1, 1), j - i (n, m))
+    // table's last axis (every other index written negative, counted from the table's end); "mul" attention-gym's ALiBi, Mul(slopes (h, 1, 1), j - i (n, m))
     std::string bias{};
     bool additive = false;  // the keep tensor as an additive mask: 0 where kept, -inf where dropped
 };
@@ -444,8 +444,10 @@ BiasOperands bias_operands(const MaskCase& mc) {
         o.second = zeros(DType::f64, {n, m});
         for (std::size_t i = 0; i < n; ++i)
             for (std::size_t j = 0; j < m; ++j)
-                o.second.as<double>().data()[i * m + j] = mc.bias == "gather" ? static_cast<double>(i + m - 1 - j)
-                                                                              : static_cast<double>(j) - static_cast<double>(i);
+                o.second.as<double>().data()[i * m + j] =
+                    mc.bias == "mul"    ? static_cast<double>(j) - static_cast<double>(i)
+                    : (i + j) % 2 == 0 ? static_cast<double>(i + m - 1 - j)
+                                       : static_cast<double>(i + m - 1 - j) - static_cast<double>(n + m - 1);
     }
     return o;
 }

@@ -566,58 +566,77 @@ BOOST_AUTO_TEST_CASE(boolean_mask_tensors_bound_the_keys_computed) {
 
 // T5's relative position bias, bias[h, i, j] = table[h, i - j + m - 1] by a Gather along the
 // table's last axis (flex/relative-position): the step reads the table through the indices
-// instead of the (h, n, m) bias, with the Gather's own errors for a bad index.
+// instead of the (h, n, m) bias, with the Gather's own errors for a bad index. The same
+// positions written as negative indices (counted from the table's end) give the same bias.
 BOOST_AUTO_TEST_CASE(gathered_bias) {
-    const std::size_t n = 300, m = 300, H = 2;
-    const Tensor table = graphs::random_tensor({H, n + m - 1}, DType::f32, 31);
-    Tensor index = zeros(DType::f32, {n, m});
+    const std::size_t n = 300, m = 300, H = 2, len = n + m - 1;
+    const Tensor table = graphs::random_tensor({H, len}, DType::f32, 31);
+    Tensor index = zeros(DType::f32, {n, m}), negative = zeros(DType::f32, {n, m});
     for (std::size_t i = 0; i < n; ++i)
-        for (std::size_t j = 0; j < m; ++j) index.as<float>().data()[i * m + j] = static_cast<float>(i + m - 1 - j);
-    auto bias = [&](std::size_t h, std::size_t i, std::size_t j) { return table.at_flat(h * (n + m - 1) + i + m - 1 - j); };
-    auto chain = [&](bool causal) {
-        return [&table, &index, causal](Value s, GraphBuilder& b) {
+        for (std::size_t j = 0; j < m; ++j) {
+            index.as<float>().data()[i * m + j] = static_cast<float>(i + m - 1 - j);
+            negative.as<float>().data()[i * m + j] = static_cast<float>(i + m - 1 - j) - static_cast<float>(len);
+        }
+    auto bias = [&](std::size_t h, std::size_t i, std::size_t j) { return table.at_flat(h * len + i + m - 1 - j); };
+    auto chain = [&](bool causal, const Tensor& indices) {
+        return [&table, &indices, causal](Value s, GraphBuilder& b) {
             const Value biased = attngraph::add(scale(s, factor).named("S"),
-                                                gather(b.param("table", table), b.input("index", index), -1).named("bias"))
+                                                gather(b.param("table", table), b.input("index", indices), -1).named("bias"))
                                      .named("S_bias");
             return causal ? mask_causal(biased, 0).named("S_masked") : biased;
         };
     };
-    for (bool causal : {false, true}) {
-        Case c{causal ? "gathered_bias_causal" : "gathered_bias"};
-        c.chain = chain(causal);
-        c.score = [&, causal](std::size_t, std::size_t h, std::size_t i, std::size_t j, double raw) {
-            return causal && j > i ? -inf : factor * raw + bias(h, i, j);
-        };
-        BOOST_TEST_CONTEXT(c.name) {
-            check_case(c);
-            const Built built = build(c);
-            const Plan plan = make_plan(built.graph, kept(built.graph));
-            BOOST_TEST(plan.describe(built.graph).find("bias") != std::string::npos, plan.describe(built.graph));
-            for (const Step& st : plan.steps)
-                if (st.kind == StepKind::attention) BOOST_TEST(st.attention->stages[1].index >= 0);
-            // kept (traced), the bias is the Gather's own value, and the Add reads it
-            for (const Step& st : make_plan(built.graph, kept(built.graph, {"bias"})).steps)
-                if (st.kind == StepKind::attention) BOOST_TEST(st.attention->stages[1].index == -1);
+    for (bool causal : {false, true})
+        for (const Tensor* indices : {&index, &negative}) {
+            Case c{std::string(causal ? "gathered_bias_causal" : "gathered_bias") +
+                   (indices == &negative ? "_negative" : "")};
+            c.chain = chain(causal, *indices);
+            c.score = [&, causal](std::size_t, std::size_t h, std::size_t i, std::size_t j, double raw) {
+                return causal && j > i ? -inf : factor * raw + bias(h, i, j);
+            };
+            BOOST_TEST_CONTEXT(c.name) {
+                check_case(c);
+                const Built built = build(c);
+                const Plan plan = make_plan(built.graph, kept(built.graph));
+                BOOST_TEST(plan.describe(built.graph).find("bias") != std::string::npos, plan.describe(built.graph));
+                for (const Step& st : plan.steps)
+                    if (st.kind == StepKind::attention) BOOST_TEST(st.attention->stages[1].index >= 0);
+                // kept (traced), the bias is the Gather's own value, and the Add reads it
+                for (const Step& st : make_plan(built.graph, kept(built.graph, {"bias"})).steps)
+                    if (st.kind == StepKind::attention) BOOST_TEST(st.attention->stages[1].index == -1);
+            }
         }
-    }
 
-    // an index outside the table: the Gather's error, named, fused or not
+    // an index outside the table, or not a whole number: the Gather's error, named, fused or not
     Case c{"gathered_bias_bad_index"};
-    c.chain = chain(false);
+    c.chain = chain(false, index);
     Built built = build(c);
-    Tensor bad = index;
-    bad.as<float>().data()[5 * m + 7] = static_cast<float>(n + m - 1);
     RunOptions plain;
     plain.optimize = false;
-    for (const RunOptions& options : {RunOptions{}, plain}) {
-        const Graph g = built.graph.with_tensors({{"index", bad}});
-        try {
-            run(g, options);
-            BOOST_TEST(false, "no error");
-        } catch (const ValueError& e) {
-            const std::string what = e.what();
-            BOOST_TEST(what.find("'bias' (Gather") != std::string::npos, what);
-            BOOST_TEST(what.find("index 599 at flat position 1507") != std::string::npos, what);
+    const float nan = std::numeric_limits<float>::quiet_NaN(), big = std::numeric_limits<float>::infinity();
+    const std::vector<std::pair<float, std::string>> bad_values = {
+        {599.0f, "index 599 at flat position 1507 of indices (300x300) is out of range"},
+        {-600.0f, "index -600 at flat position 1507 of indices (300x300) is out of range"},
+        {1.5f, "index 1.5 at flat position 1507 of indices (300x300) is not a whole number"},
+        {nan, "index nan at flat position 1507 of indices (300x300) is not a whole number"},
+        {big, "index inf at flat position 1507 of indices (300x300) is not a whole number"},
+        {3e9f, "index 3000000000 at flat position 1507 of indices (300x300) is out of range"}};
+    for (const auto& [value, message] : bad_values) {
+        Tensor bad = index;
+        bad.as<float>().data()[5 * m + 7] = value;
+        bad.as<float>().data()[9 * m + 1] = value;  // a later bad one: the first is named
+        for (const RunOptions& options : {RunOptions{}, plain}) {
+            BOOST_TEST_CONTEXT(message << (options.optimize ? ", fused" : ", plain")) {
+                const Graph g = built.graph.with_tensors({{"index", bad}});
+                try {
+                    run(g, options);
+                    BOOST_TEST(false, "no error");
+                } catch (const ValueError& e) {
+                    const std::string what = e.what();
+                    BOOST_TEST(what.find("'bias' (Gather") != std::string::npos, what);
+                    BOOST_TEST(what.find(message) != std::string::npos, what);
+                }
+            }
         }
     }
 }
