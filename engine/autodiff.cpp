@@ -614,15 +614,13 @@ private:
         op.weights = [&](std::size_t b, std::size_t r0, std::size_t rows, std::size_t lo, std::size_t hi, T* a, T* y,
                          T* sink) {
             const auto blk = kernel.block(b, r0 / gemm_row_block);
-            const auto scratch = std::make_unique_for_overwrite<T[]>(kernel.scratch_size());
             const typename AttentionKernel<T>::Capture capture{tanh_stage, y ? y + lo : nullptr, op.m, lo, hi, sink};
-            const auto w = kernel.weights(blk, scratch.get(), Out<T>{}, y || sink ? &capture : nullptr);
+            kernel.weights(blk, a, Out<T>{}, y || sink ? &capture : nullptr, op.m);  // A in a's rows
             // the block's key span within [lo, hi), zeros around it
             const std::size_t from = blk.lo == blk.hi ? lo : blk.lo, to = blk.lo == blk.hi ? lo : blk.hi;
             for (std::size_t r = 0; r < rows; ++r) {
                 T* row = a + r * op.m;
                 std::fill(row + lo, row + from, T(0));
-                std::copy_n(w.a + r * w.lda, to - from, row + from);
                 std::fill(row + to, row + hi, T(0));
             }
         };

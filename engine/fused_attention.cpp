@@ -434,7 +434,7 @@ void AttentionKernel<T>::add_broadcast(const ScoreStage& st, const std::vector<s
 
 template <class T>
 typename AttentionKernel<T>::Weights AttentionKernel<T>::weights(const Block& blk, T* scratch, Out<T> kept,
-                                                                 const Capture* capture) const {
+                                                                 const Capture* capture, std::size_t rows_ld) const {
     const AttentionSpec& spec = m_spec;
     const std::size_t count = spec.stages.size(), m = spec.m, dk = spec.dk;
     // the keys the block computes: those the softmax sees, and those a kept value shows
@@ -449,8 +449,9 @@ typename AttentionKernel<T>::Weights AttentionKernel<T>::weights(const Block& bl
             any = true;
         }
     }
-    const std::size_t ld = c1 - c0;
-    T* s = scratch;
+    // the scores' rows: packed in the scratch, or the caller's rows of m keys
+    const std::size_t ld = rows_ld ? rows_ld : c1 - c0;
+    T* s = rows_ld ? scratch + c0 : scratch;
     // S_raw = Q·Kᵀ on those keys; the softmax's keys [lo, hi) by one GEMM call whatever is
     // kept, so that tracing changes none of their bits
     const T* q = m_q + (blk.b * spec.n + blk.r0) * dk;

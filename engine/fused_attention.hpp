@@ -216,8 +216,12 @@ public:
     /// @brief A of `blk` in `scratch` (rows × m elements). `kept`: the step's outputs, the
     /// kept values of the chain written for the block's rows; empty: nothing written (a
     /// backward recomputing A gets the forward's bits either way). `capture`: one stage's
-    /// output copied out on the way (null: none).
-    Weights weights(const Block& blk, T* scratch, Out<T> kept, const Capture* capture = nullptr) const;
+    /// output copied out on the way (null: none). `rows_ld` > 0: `scratch` is the block's rows
+    /// of m keys, rows_ld apart (key j of row r at scratch[r·rows_ld + j]), and the weights are
+    /// computed there (the same bits); keys outside [lo, hi) are left as they were or hold
+    /// scores of kept values, not weights.
+    Weights weights(const Block& blk, T* scratch, Out<T> kept, const Capture* capture = nullptr,
+                    std::size_t rows_ld = 0) const;
     /// @brief The backward of Add stage `st` for its operands (ops/add.hpp, and the folded
     /// ops/gather.hpp's or ops/mul.hpp's; an additive Mask's tensor as a bias, ops/mask.hpp):
     /// dS of query rows [r0, r0 + rows) of Q's matrix b
