@@ -293,6 +293,9 @@ void backward_blocks(const AttentionOperands<T>& op, const T* a_kept, const T* d
                 T* ds = ds_block.data();  // dA (dA_diff), then dS, then dS_raw, in place on [lo, hi)
                 if (width > 0)
                     gemm<T>(false, true, rows, width, dv, T(1), do_blk, dv, v + lo * dv, dv, T(0), ds + lo, m);
+                const T* seed = g.a_seed ? g.a_seed + (u * n + r0) * m : nullptr;  // A's rows (one map)
+                if (seed && width > 0)
+                    for (std::size_t r = 0; r < rows; ++r) add_into(ds + r * m + lo, seed + r * m + lo, width);
                 // traced: whole rows, the keys outside [lo, hi) by calls of their own (one call over
                 // the row would cut its columns elsewhere and could change dS's bits)
                 if (full_da) {
@@ -300,7 +303,13 @@ void backward_blocks(const AttentionOperands<T>& op, const T* a_kept, const T* d
                     if (lo > 0) gemm<T>(false, true, rows, lo, dv, T(1), do_blk, dv, v, dv, T(0), full, m);
                     if (hi < m)
                         gemm<T>(false, true, rows, m - hi, dv, T(1), do_blk, dv, v + hi * dv, dv, T(0), full + hi, m);
-                    for (std::size_t r = 0; r < rows; ++r) std::copy(ds + r * m + lo, ds + r * m + hi, full + r * m + lo);
+                    for (std::size_t r = 0; r < rows; ++r) {
+                        std::copy(ds + r * m + lo, ds + r * m + hi, full + r * m + lo);
+                        if (seed) {  // (on [lo, hi) ds has it)
+                            add_into(full + r * m, seed + r * m, lo);
+                            add_into(full + r * m + hi, seed + r * m + hi, m - hi);
+                        }
+                    }
                     const std::size_t at = (u * maps * n + r0) * m;  // the first map's rows in A
                     if (g.da) add_into(g.da + at, full, rows * m);
                     if (g.a_sinks)  // [dA | 0], rows of m + 1

@@ -123,6 +123,10 @@ struct AttentionGrads {
     T* dv = nullptr;
     T* ds_raw = nullptr;
     T* da = nullptr;
+    /// A's gradient from outside the step (A, or a view of it, is a graph output and this is
+    /// its seed): added to dO·Vᵀ, as the plain backward starts A's gradient from the seed.
+    /// Not with the Differential Transformer.
+    const T* a_seed = nullptr;
     std::vector<T*> chain;
     std::vector<T*> slopes;
     /// With sinks: the sink operand's gradient (+= each row's dS_sink = a_sink·(0 − rowsum),

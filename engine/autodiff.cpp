@@ -57,6 +57,8 @@ struct AttentionGroup {
     // (KT_groups), with A's and KT's elements in A's and KT's order
     std::vector<int> a_views, kt_views;
     int s_raw = -1, a = -1;
+    // A or one of a_views when it is a graph output (its seed starts A's gradient), else -1
+    int a_seeded = -1;
     struct Link {
         std::size_t node = 0;
         int value = -1;  // the node's output
@@ -94,7 +96,9 @@ struct LinearGroup {
 };
 
 // The attention steps of the plan for `kept` whose internal values (S_raw, S, A, a folded KT)
-// get no gradient from outside the step: none of them is a graph output.
+// get no gradient from outside the step: none of them is a graph output, but A (or one view of
+// it) may be, as a model that returns its attention weights has it. A's seed is 0 where A is
+// (a masked key), so the step's keys stay the same.
 std::vector<AttentionGroup> attention_groups(const Graph& g, const Plan& plan);
 
 struct FusedSteps {
@@ -266,11 +270,16 @@ std::vector<AttentionGroup> attention_groups(const Graph& g, const Plan& plan) {
         for (int f : step.folded) grp.members.push_back(static_cast<std::size_t>(f));
         grp.members.push_back(grp.o_node);
         if (!kt_folded) grp.kt = kt;
-        bool seeded = is_output[static_cast<std::size_t>(grp.s_raw)] || is_output[static_cast<std::size_t>(grp.a)] ||
-                      (kt_folded && is_output[static_cast<std::size_t>(kt)]);
+        bool seeded = is_output[static_cast<std::size_t>(grp.s_raw)] || (kt_folded && is_output[static_cast<std::size_t>(kt)]);
         for (const AttentionGroup::Link& link : grp.chain) seeded = seeded || is_output[static_cast<std::size_t>(link.value)];
-        for (const std::vector<int>* views : {&grp.a_views, &grp.kt_views})
-            for (int id : *views) seeded = seeded || is_output[static_cast<std::size_t>(id)];
+        for (int id : grp.kt_views) seeded = seeded || is_output[static_cast<std::size_t>(id)];
+        std::vector<int> a_and_views = grp.a_views;  // A's seed: from one of them, not with two maps
+        a_and_views.push_back(grp.a);
+        for (int id : a_and_views) {
+            if (!is_output[static_cast<std::size_t>(id)]) continue;
+            seeded = seeded || grp.a_seeded >= 0 || spec.diff;
+            grp.a_seeded = id;
+        }
         for (int id : {grp.a_sinks, grp.s_sinks, grp.s_sink, grp.s_zero, grp.s_first, grp.a_diff, grp.a_first,
                        grp.a_second, grp.a_weighted})
             seeded = seeded || (id >= 0 && is_output[static_cast<std::size_t>(id)]);
@@ -626,6 +635,15 @@ private:
         };
         const std::size_t s_raw_node = at(m_graph.value(grp.s_raw).producer);
         AttentionGrads<T> g;
+        // A's seed (A a graph output), taken out of A's gradient before anything allocates it:
+        // that then holds A's whole gradient when it is asked for
+        Array<T> a_seed;
+        if (grp.a_seeded >= 0 && m_has[at(grp.a_seeded)]) {
+            a_seed = std::move(m_grad[at(grp.a_seeded)]);
+            m_grad[at(grp.a_seeded)] = Array<T>();
+            m_has[at(grp.a_seeded)] = 0;
+            g.a_seed = a_seed.data();
+        }
         if (Array<T>* dq = input_grad(s_raw_node, 0)) g.dq = dq->data();
         if (Array<T>* dv = input_grad(grp.o_node, 1)) g.dv = dv->data();
         auto internal = [&](int id) -> T* {

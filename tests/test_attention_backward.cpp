@@ -81,7 +81,8 @@ std::size_t matrix_of(std::size_t b, const Shape& qbatch, const Shape& obatch) {
 // Differential Transformer, Q's matrices 2o and 2o + 1 (the maps) giving O's matrix o =
 // (A_2o − lambda[o mod size]·A_2o+1)·V, so that map 2o + 1's dA is −lambda·dO·Vᵀ and its
 // share of dV −lambda·Aᵀ·dO; dlambda sums −dO·Vᵀ ⊙ A_2o+1. `added`: a bias added to z after the
-// ALiBi bias (before the cap), whose operands' gradients it gives from dz.
+// ALiBi bias (before the cap), whose operands' gradients it gives from dz. `a_seed`: dL/dA
+// from outside (A also an output of the graph), added to dO·Vᵀ.
 struct AddedBias {
     std::function<double(std::size_t b, std::size_t i, std::size_t j)> value;  // empty: none
     // adds dz at (b, i, j) into the operands' gradients
@@ -100,7 +101,8 @@ struct AlibiBias {
 Reference reference(const Case& c, const Tensor& qt, const Tensor& kt, const Tensor& vt, const Tensor& gt,
                     const Keep& keep = {}, double after = 1.0, const AlibiBias& alibi = {}, double cap = 0,
                     const std::vector<double>& sinks = {}, const std::vector<double>& lambda = {},
-                    const AddedBias& added = {}) {
+                    const AddedBias& added = {},
+                    const std::function<double(std::size_t b, std::size_t i, std::size_t j)>& a_seed = {}) {
     const std::size_t n = c.q.end()[-2], dk = c.q.back(), m = c.k.end()[-2], dv = c.v.back();
     const Shape qb(c.q.begin(), c.q.end() - 2), kb(c.k.begin(), c.k.end() - 2), vb(c.v.begin(), c.v.end() - 2);
     const std::size_t batches = element_count(qb);
@@ -162,7 +164,7 @@ Reference reference(const Case& c, const Tensor& qt, const Tensor& kt, const Ten
                     r.dv[(vj * m + j) * dv + d] += coef * a[j] * G(i, d);
                 }
                 if (second) r.dlambda[l] -= d_a * a[j];
-                da[j] = coef * d_a;
+                da[j] = coef * d_a + (a_seed ? a_seed(b, i, j) : 0.0);
                 rowdot += a[j] * da[j];
             }
             if (!sinks.empty()) r.dsinks[b % sinks.size()] += std::exp(sink - mx) / sum * (0.0 - rowdot);
@@ -930,6 +932,110 @@ BOOST_AUTO_TEST_CASE(padded_keys_are_not_computed_by_the_backward) {
                     BOOST_TEST(got.at_flat(e) == 0.0);
                 else
                     BOOST_TEST(got.at_flat(e) == ref.at_flat(e));
+            }
+        }
+}
+
+// A model that returns its attention weights (A a graph output, as Hugging Face's
+// output_attentions): the fused backward starts A's gradient from A's seed, as the plain
+// nodes' backward does. K and V hold NaN at the padded keys: the fused backward skips them
+// (finite dQ), the plain one does not. With a causal window over 700 rows, the second step's
+// rows (512..) see keys from 473 on: A's seed before them joins A's traced gradient too.
+BOOST_AUTO_TEST_CASE(attention_weights_as_an_output) {
+    struct Form {
+        std::size_t n;
+        std::vector<int> lengths;
+        bool causal;
+        int window;  // 0: none; else causal keys i - window < j <= i
+    };
+    for (const Form& f :
+         {Form{300, {170, 260}, false, 0}, Form{300, {170, 260}, true, 0}, Form{700, {700, 600}, false, 40}})
+        BOOST_TEST_CONTEXT("n " << f.n << ", causal " << f.causal << ", window " << f.window) {
+            const std::size_t n = f.n, m = f.n, d = 8;
+            const Case c{{2, 2, n, d}, {2, 2, m, d}, {2, 2, m, d}, true};
+            const std::vector<int>& lengths = f.lengths;
+            auto poisoned = [&](std::uint64_t seed, double scale_, bool nan) {
+                Tensor t = graphs::random_tensor(c.k, DType::f64, seed, scale_);
+                for (std::size_t b = 0; b < 4 && nan; ++b)
+                    for (std::size_t j = static_cast<std::size_t>(lengths[b / 2]); j < m; ++j)
+                        for (std::size_t e = 0; e < d; ++e) t.as<double>().data()[(b * m + j) * d + e] = std::nan("");
+                return t;
+            };
+            auto graph = [&](DType dtype, bool nan, bool a_output) {
+                GraphBuilder gb("weights_out", dtype);
+                Value q = gb.input("Q", graphs::random_tensor(c.q, DType::f64, 1, 2.0).cast(dtype));
+                Value k = gb.input("K", poisoned(2, 2.0, nan).cast(dtype)),
+                      v = gb.input("V", poisoned(3, 1.0, nan).cast(dtype));
+                Value s = mask_padding(scale(matmul(q, transpose(k)).named("S_raw"), factor_of(c)).named("S"), lengths)
+                              .named("S_padded");
+                if (f.causal) s = mask_causal(s).named("S_masked");
+                if (f.window) s = mask_window(s, f.window, true).named("S_masked");
+                Value a = softmax(s).named("A");
+                gb.output(matmul(a, v).named("Y"));
+                if (a_output) gb.output(a);
+                return gb.build();
+            };
+            auto keep = [&](std::size_t b, std::size_t i, std::size_t j) {
+                const bool in_window = f.window == 0 || (j <= i && i - j < static_cast<std::size_t>(f.window));
+                return j < static_cast<std::size_t>(lengths[b / 2]) && (!f.causal || j <= i) && in_window;
+            };
+            const Tensor grad_y = graphs::random_tensor({2, 2, n, d}, DType::f64, 4);
+            const Tensor grad_a = graphs::random_tensor({2, 2, n, m}, DType::f64, 5);
+            auto backward_of = [&](const Graph& g, Mode mode, int threads, bool seed_a = true) {
+                Executor ex(threads);
+                RunOptions o;
+                o.keep_for_backward = mode == Mode::untraced;
+                o.keep_all = mode != Mode::untraced;
+                const RunResult fwd = ex.run(g, o);
+                std::map<std::string, Tensor> seeds{{"Y", grad_y.cast(g.dtype())}};
+                if (seed_a) seeds.emplace("A", grad_a.cast(g.dtype()));
+                std::vector<std::string> wrt{"Q", "K", "V"};
+                if (mode != Mode::untraced) wrt.insert(wrt.end(), {"A", "S", "S_raw"});
+                return ex.backward(g, fwd, seeds, wrt, {}, mode != Mode::plain);
+            };
+            const Graph g = graph(DType::f32, true, true);
+            const Gradients fused = backward_of(g, Mode::untraced, 2);
+            BOOST_TEST(!fused.seconds().contains("A"));  // the Softmax ran inside the fused step
+            const Tensor q = g.value(g.at("Q")).data->cast(DType::f64);
+            const Tensor k = graph(DType::f64, false, true).value(g.at("K")).data->cast(DType::f64);
+            const Tensor v = graph(DType::f64, false, true).value(g.at("V")).data->cast(DType::f64);
+            const Reference ref = reference(
+                c, q, k, v, grad_y, keep, 1.0, {}, 0, {}, {}, {},
+                [&](std::size_t b, std::size_t i, std::size_t j) { return grad_a.at_flat((b * n + i) * m + j); });
+            auto masked = [&](const Tensor& t, const std::vector<double>& want, bool keys) {
+                // the padded keys' gradients are 0 (K, V there are NaN and get nothing)
+                std::vector<double> w = want;
+                for (std::size_t e = 0; e < w.size(); ++e)
+                    if (keys && (e / d) % m >= static_cast<std::size_t>(lengths[e / (m * d) / 2])) {
+                        BOOST_TEST(t.at_flat(e) == 0.0);
+                        w[e] = t.at_flat(e);
+                    }
+                return rel_error(t, w);
+            };
+            BOOST_TEST(masked(fused.at("Q"), ref.dq, false) <= 2e-5);
+            BOOST_TEST(masked(fused.at("K"), ref.dk, true) <= 2e-5);
+            BOOST_TEST(masked(fused.at("V"), ref.dv, true) <= 2e-5);
+            // A's seed matters: with the default one (all ones, which adds nothing: A's rows sum
+            // to 1) dQ is another
+            BOOST_TEST(rel_error(backward_of(g, Mode::untraced, 2, false).at("Q"), ref.dq) > 1e-2);
+            // the same bits at 1 and 4 threads, and traced (A's whole gradient is the seed + dO·Vᵀ)
+            for (int threads : {1, 4})
+                for (const char* name : {"Q", "K", "V"})
+                    BOOST_TEST(same_bits(backward_of(g, Mode::untraced, threads).at(name), fused.at(name)),
+                               name << threads);
+            const Gradients traced = backward_of(g, Mode::traced, 2);
+            for (const char* name : {"Q", "K", "V"}) BOOST_TEST(same_bits(traced.at(name), fused.at(name)), name);
+            // in f64 without NaN, every gradient as the plain nodes' backward gives it (A's, S's too)
+            const Graph clean = graph(DType::f64, false, true);
+            const Gradients want = backward_of(clean, Mode::plain, 2);
+            const Gradients got = backward_of(clean, Mode::traced, 2);
+            BOOST_TEST(want.seconds().contains("A"));
+            BOOST_TEST(!got.seconds().contains("A"));
+            for (const char* name : {"Q", "K", "V", "A", "S", "S_raw"}) {
+                const Tensor& w = want.at(name);
+                std::vector<double> wv(w.size());
+                for (std::size_t e = 0; e < wv.size(); ++e) wv[e] = w.at_flat(e);
+                BOOST_TEST(rel_error(got.at(name), wv) <= 1e-12, name);
             }
         }
 }
