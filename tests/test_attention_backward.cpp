@@ -883,6 +883,42 @@ BOOST_DATA_TEST_CASE(composite_gqa_traced_intermediate_gradients_match_the_plain
         }
 }
 
+// ONNX Attention's weights output (qk_matmul_output_mode 3, GQA): A is a graph output with a
+// seed of its own; the fused backward gives the plain nodes' gradients (f64)
+BOOST_DATA_TEST_CASE(composite_gqa_weights_output, bdata::make({0, 1}), causal) {
+    GraphBuilder gb("composite_weights", DType::f64);
+    AttentionInputs in;
+    in.q = gb.input("Q", graphs::random_tensor({2, 4, composite_n, 8}, DType::f64, 1, 2.0));
+    in.k = gb.input("K", graphs::random_tensor({2, 2, composite_n, 8}, DType::f64, 2, 2.0));
+    in.v = gb.input("V", graphs::random_tensor({2, 2, composite_n, 8}, DType::f64, 3));
+    AttentionAttrs a;
+    a.is_causal = causal ? 1 : 0;
+    a.qk_matmul_output_mode = 3;
+    AttentionOutputs out = attention("attn", in, a);
+    gb.output(out.y.named("Y"));
+    gb.output(out.qk);
+    const Graph g = gb.build();
+    const std::string weights = g.value(g.outputs()[1]).name;
+    const std::map<std::string, Tensor> seeds{
+        {"Y", grad_of_y(g, DType::f64)}, {weights, graphs::random_tensor(g.value(g.outputs()[1]).shape, DType::f64, 6)}};
+    auto backward_of = [&](bool untraced, bool fuse) {
+        Executor ex(2);
+        RunOptions o;
+        o.keep_for_backward = untraced;
+        o.keep_all = !untraced;
+        return ex.backward(g, ex.run(g, o), seeds, {"Q", "K", "V"}, {}, fuse);
+    };
+    const Gradients fused = backward_of(true, true), plain = backward_of(false, false);
+    BOOST_TEST(!fused.seconds().contains("attn.A"));  // the Softmax ran inside the fused step
+    BOOST_TEST(plain.seconds().contains("attn.A"));
+    for (const char* name : {"Q", "K", "V"}) {
+        const Tensor& want = plain.at(name);
+        std::vector<double> w(want.size());
+        for (std::size_t i = 0; i < w.size(); ++i) w[i] = want.at_flat(i);
+        BOOST_TEST(rel_error(fused.at(name), w) <= 1e-12, name);
+    }
+}
+
 BOOST_AUTO_TEST_CASE(composite_gqa_views_asked_for_untraced) {
     // untraced (KT, KT_groups, A_groups folded into the step, not kept), their gradients asked
     // for: KT's is dKᵀ, its view KT_groups' the same elements, A_groups' A's
