@@ -4,6 +4,7 @@
 #include <atomic>
 #include <chrono>
 #include <fstream>
+#include <utility>
 
 #include "engine/attention_kernel.hpp"
 #include "engine/error.hpp"
@@ -639,8 +640,7 @@ private:
         // that then holds A's whole gradient when it is asked for
         Array<T> a_seed;
         if (grp.a_seeded >= 0 && m_has[at(grp.a_seeded)]) {
-            a_seed = std::move(m_grad[at(grp.a_seeded)]);
-            m_grad[at(grp.a_seeded)] = Array<T>();
+            a_seed = std::exchange(m_grad[at(grp.a_seeded)], Array<T>());
             m_has[at(grp.a_seeded)] = 0;
             g.a_seed = a_seed.data();
         }
