@@ -293,9 +293,11 @@ void backward_blocks(const AttentionOperands<T>& op, const T* a_kept, const T* d
                 T* ds = ds_block.data();  // dA (dA_diff), then dS, then dS_raw, in place on [lo, hi)
                 if (width > 0)
                     gemm<T>(false, true, rows, width, dv, T(1), do_blk, dv, v + lo * dv, dv, T(0), ds + lo, m);
-                const T* seed = g.a_seed ? g.a_seed + (u * n + r0) * m : nullptr;  // A's rows (one map)
+                // A's rows of the seed (one map), or its one row for every row
+                const T* seed = !g.a_seed ? nullptr : g.a_seed_one_row ? g.a_seed : g.a_seed + (u * n + r0) * m;
+                const std::size_t seed_step = g.a_seed_one_row ? 0 : m;
                 if (seed && width > 0)
-                    for (std::size_t r = 0; r < rows; ++r) add_into(ds + r * m + lo, seed + r * m + lo, width);
+                    for (std::size_t r = 0; r < rows; ++r) add_into(ds + r * m + lo, seed + r * seed_step + lo, width);
                 // traced: whole rows, the keys outside [lo, hi) by calls of their own (one call over
                 // the row would cut its columns elsewhere and could change dS's bits)
                 if (full_da) {
@@ -306,8 +308,8 @@ void backward_blocks(const AttentionOperands<T>& op, const T* a_kept, const T* d
                     for (std::size_t r = 0; r < rows; ++r) {
                         std::copy(ds + r * m + lo, ds + r * m + hi, full + r * m + lo);
                         if (seed) {  // (on [lo, hi) ds has it)
-                            add_into(full + r * m, seed + r * m, lo);
-                            add_into(full + r * m + hi, seed + r * m + hi, m - hi);
+                            add_into(full + r * m, seed + r * seed_step, lo);
+                            add_into(full + r * m + hi, seed + r * seed_step + hi, m - hi);
                         }
                     }
                     const std::size_t at = (u * maps * n + r0) * m;  // the first map's rows in A

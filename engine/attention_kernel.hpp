@@ -127,6 +127,9 @@ struct AttentionGrads {
     /// its seed): added to dO·Vᵀ, as the plain backward starts A's gradient from the seed.
     /// Not with the Differential Transformer.
     const T* a_seed = nullptr;
+    /// a_seed is one row (m values) that is every row's seed: the ones an output given no
+    /// gradient starts from.
+    bool a_seed_one_row = false;
     std::vector<T*> chain;
     std::vector<T*> slopes;
     /// With sinks: the sink operand's gradient (+= each row's dS_sink = a_sink·(0 − rowsum),

@@ -476,6 +476,19 @@ public:
             m_grad[static_cast<std::size_t>(id)] = std::move(g_tensor.template as<T>());
             m_has[static_cast<std::size_t>(id)] = 1;
         }
+        // An output given no gradient starts from ones. A fused step's A (or view) is never
+        // made whole: the step reads one row of ones for every row (201 MB fewer at n = 2048).
+        m_ones_seed.assign(values.size(), 0);
+        for (const AttentionGroup& grp : plan.groups)
+            if (grp.a_seeded >= 0) m_ones_seed[static_cast<std::size_t>(grp.a_seeded)] = 1;
+        for (int id : g.outputs()) {
+            const auto v = static_cast<std::size_t>(id);
+            if (m_has[v] || m_ones_seed[v]) continue;
+            m_grad[v] = uninitialized<T>(values[v].shape);
+            std::fill(m_grad[v].begin(), m_grad[v].end(), T(1));
+            m_has[v] = 1;
+        }
+        for (std::size_t v = 0; v < values.size(); ++v) m_ones_seed[v] = m_ones_seed[v] && !m_has[v];
         for (std::size_t i = 0; i < nodes.size(); ++i) {
             if (!plan.runs[i]) continue;
             ++m_nodes_total;
@@ -639,7 +652,12 @@ private:
         // A's seed (A a graph output), taken out of A's gradient before anything allocates it:
         // that then holds A's whole gradient when it is asked for
         Array<T> a_seed;
-        if (grp.a_seeded >= 0 && m_has[at(grp.a_seeded)]) {
+        if (grp.a_seeded >= 0 && m_ones_seed[at(grp.a_seeded)]) {  // given none: ones
+            a_seed = uninitialized<T>(Shape{op.m});
+            std::fill(a_seed.begin(), a_seed.end(), T(1));
+            g.a_seed = a_seed.data();
+            g.a_seed_one_row = true;
+        } else if (grp.a_seeded >= 0 && m_has[at(grp.a_seeded)]) {
             a_seed = std::exchange(m_grad[at(grp.a_seeded)], Array<T>());
             m_has[at(grp.a_seeded)] = 0;
             g.a_seed = a_seed.data();
@@ -864,6 +882,7 @@ private:
     const BackwardPlan& m_plan;
     std::vector<Array<T>> m_grad;                // value id -> dL/dv (empty until needed)
     std::vector<unsigned char> m_has;            // value id -> m_grad holds it (bytes: set concurrently)
+    std::vector<unsigned char> m_ones_seed;      // value id -> a fused step's A seeded with ones, not made
     std::vector<std::vector<Array<T>>> m_extra;  // value id -> parts of consumers 1, 2, ...
     std::vector<const Array<T>*> m_forward;
     std::vector<double> m_seconds;
@@ -914,14 +933,6 @@ Gradients Executor::backward(const Graph& graph, const RunResult& forward,
             throw ShapeError("output gradient for '" + name + "' is " + shape_str(g.shape()) + " but the output is " +
                              shape_str(want));
         seeds[id] = g.cast(graph.dtype());
-    }
-    for (int id : graph.outputs()) {
-        if (seeds.count(id)) continue;
-        const Shape& s = graph.value(id).shape;
-        if (graph.dtype() == DType::f32)
-            seeds[id] = Tensor(Array<float>(Array<float>::shape_type(s.begin(), s.end()), 1.0f));
-        else
-            seeds[id] = Tensor(Array<double>(Array<double>::shape_type(s.begin(), s.end()), 1.0));
     }
 
     FusedSteps fused;

@@ -1069,12 +1069,38 @@ BOOST_AUTO_TEST_CASE(attention_weights_as_an_output) {
             const Gradients got = backward_of(clean, Mode::traced, 2);
             BOOST_TEST(want.seconds().contains("A"));
             BOOST_TEST(!got.seconds().contains("A"));
-            for (const char* name : {"Q", "K", "V", "A", "S", "S_raw"}) {
-                const Tensor& w = want.at(name);
-                std::vector<double> wv(w.size());
-                for (std::size_t e = 0; e < wv.size(); ++e) wv[e] = w.at_flat(e);
-                BOOST_TEST(rel_error(got.at(name), wv) <= 1e-12, name);
-            }
+            auto values_of = [](const Tensor& t) {
+                std::vector<double> out(t.size());
+                for (std::size_t e = 0; e < out.size(); ++e) out[e] = t.at_flat(e);
+                return out;
+            };
+            for (const char* name : {"Q", "K", "V", "A", "S", "S_raw"})
+                BOOST_TEST(rel_error(got.at(name), values_of(want.at(name))) <= 1e-12, name);
+            // A given no seed starts from ones, which the fused step reads as one row for every
+            // row: A's gradient is 1 + dO·Vᵀ (the plain loop's, with a seed of ones), the rest as
+            // the plain nodes give them; the same bits across threads
+            const Reference ones = reference(c, q, k, v, grad_y, keep, 1.0, {}, 0, {}, {}, {},
+                                             [](std::size_t, std::size_t, std::size_t) { return 1.0; });
+            const Gradients fused_ones = backward_of(g, Mode::untraced, 2, false);
+            BOOST_TEST(masked(fused_ones.at("Q"), ones.dq, false) <= 2e-5);
+            BOOST_TEST(masked(fused_ones.at("K"), ones.dk, true) <= 2e-5);
+            BOOST_TEST(masked(fused_ones.at("V"), ones.dv, true) <= 2e-5);
+            for (const char* name : {"Q", "K", "V"})
+                BOOST_TEST(same_bits(backward_of(g, Mode::untraced, 1, false).at(name), fused_ones.at(name)), name);
+            const Gradients want_ones = backward_of(clean, Mode::plain, 2, false);
+            const Gradients got_ones = backward_of(clean, Mode::traced, 2, false);
+            BOOST_TEST(!got_ones.seconds().contains("A"));
+            for (const char* name : {"Q", "K", "V", "A", "S", "S_raw"})
+                BOOST_TEST(rel_error(got_ones.at(name), values_of(want_ones.at(name))) <= 1e-12, name);
+            const Tensor& v64 = *clean.value(clean.at("V")).data;  // A's gradient on every key, by hand
+            std::vector<double> da_ones(2 * 2 * n * m, 1.0);
+            for (std::size_t b = 0; b < 4; ++b)
+                for (std::size_t i = 0; i < n; ++i)
+                    for (std::size_t j = 0; j < m; ++j)
+                        for (std::size_t e = 0; e < d; ++e)
+                            da_ones[(b * n + i) * m + j] +=
+                                grad_y.at_flat((b * n + i) * d + e) * v64.at_flat((b * m + j) * d + e);
+            BOOST_TEST(rel_error(got_ones.at("A"), da_ones) <= 1e-12);
         }
 }
 
