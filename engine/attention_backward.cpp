@@ -124,8 +124,11 @@ void backward_blocks(const AttentionOperands<T>& op, const T* a_kept, const T* d
     const bool recompute = !a_kept || has_tanh || sinks || diff;
     const bool sink_traced = g.s_sink || g.s_zero || g.s_first;
     const bool full_da = g.da || g.a_sinks || g.a_diff || g.a_first || g.a_second || g.a_weighted;  // whole rows
+    const bool biases_wanted = std::any_of(op.biases.begin(), op.biases.end(), [](const BiasGrad<T>& bg) {
+        return std::any_of(bg.operands.begin(), bg.operands.end(), [](const auto& o) { return o.grad != nullptr; });
+    });
     const bool need_ds = g.dq || g.dk || g.ds_raw || full_da || chain_traced || slopes_wanted || g.sink ||
-                         sink_traced || g.lambda;
+                         sink_traced || g.lambda || biases_wanted;
     // the chain's first Scale from the softmax's input back, applied in the softmax backward's
     // pass when only Masks and Reshapes come before it (they pass dS as it is; an Alibi's slopes read it)
     // and no value of the chain is asked for (the same roundings either way)

@@ -744,6 +744,30 @@ BOOST_DATA_TEST_CASE(masked_fused_backward_bit_identical_for_any_thread_count,
     }
 }
 
+// The step's parameters (ALiBi slopes, sinks, lambda, a bias's operands, an additive mask)
+// asked for alone, or with V only: none of Q's and K's gradients is wanted, yet dS is made for
+// them, and they get the bits they get along with Q, K and V.
+BOOST_DATA_TEST_CASE(masked_fused_backward_of_the_parameters_alone, bdata::xrange(masked_cases.size()), ci) {
+    const MaskCase& mc = masked_cases[ci];
+    const std::vector<std::string> all = grad_names(mc);
+    const std::vector<std::string> params(all.begin() + 3, all.end());
+    if (params.empty()) return;
+    const Graph g = masked_graph(mc, DType::f32);
+    const Run full = run_backward(g, Mode::untraced, 2, all);
+    std::vector<std::string> with_v = params;
+    with_v.emplace_back("V");
+    for (const auto& wrt : {params, with_v}) {
+        const Run alone = run_backward(g, Mode::untraced, 2, wrt);
+        for (const std::string& name : wrt) BOOST_TEST_CONTEXT(name << " of " << wrt.size()) {
+                BOOST_TEST(same_bits(alone.grads.at(name), full.grads.at(name)));
+                double largest = 0;  // (not the zeros of a step that skipped dS)
+                for (std::size_t e = 0; e < alone.grads.at(name).size(); ++e)
+                    largest = std::max(largest, std::abs(alone.grads.at(name).at_flat(e)));
+                BOOST_TEST(largest > 0.0);
+            }
+    }
+}
+
 BOOST_DATA_TEST_CASE(masked_traced_and_untraced_backward_agree_bitwise, bdata::xrange(masked_cases.size()), ci) {
     const MaskCase& mc = masked_cases[ci];
     const Graph g = masked_graph(mc, DType::f32);
