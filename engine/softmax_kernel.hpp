@@ -8,7 +8,7 @@ namespace attngraph {
 
 /// @brief For each of `rows` contiguous rows of `len` values: y = softmax(scale · x), where
 /// scale · x is rounded first exactly as the Scale op rounds it (skipped when !scaled).
-/// A row whose maximum is -inf (fully masked) gives zeros. y may alias x.
+/// A row whose maximum is -inf (fully masked) gives zeros; one with a NaN, NaN. y may alias x.
 template <class T>
 void softmax_rows(const T* x, T* y, std::size_t rows, std::size_t len, T scale, bool scaled);
 

@@ -24,6 +24,15 @@ B exp_arg(const B& d) {
     return xsimd::select(d < lo, lo, d);
 }
 
+// What a row whose maximum is -inf gives: 0 when every value is -inf (a fully masked row), NaN
+// when one is NaN (the maximum passes NaN by; numpy and PyTorch give NaN there).
+template <class T>
+T no_max_fill(const T* v, std::size_t len) {
+    for (std::size_t i = 0; i < len; ++i)
+        if (v[i] != v[i]) return std::numeric_limits<T>::quiet_NaN();
+    return T(0);
+}
+
 // softmax_row on a row shorter than a batch (a tiny graph's): the whole row is the padded
 // tail, and this is softmax_row's arithmetic on it without the passes over an empty body
 // (the body's sum is +0, as hadd of a zero batch gives). y may be x.
@@ -40,7 +49,8 @@ void softmax_short_row(const T* x, T* y, std::size_t len, T scale, bool scaled) 
         mx = mx < v ? v : mx;
     }
     if (mx == neg_inf) {
-        for (std::size_t i = 0; i < len; ++i) y[i] = T(0);
+        const T fill = no_max_fill(part, len);
+        for (std::size_t i = 0; i < len; ++i) y[i] = fill;
         return;
     }
     for (std::size_t i = len; i < lanes; ++i) part[i] = neg_inf;
@@ -77,7 +87,8 @@ void softmax_row(const T* x, T* y, std::size_t len, T scale, bool scaled) {
         mx = mx < v ? v : mx;
     }
     if (mx == neg_inf) {
-        for (std::size_t i = 0; i < len; ++i) y[i] = T(0);
+        const T fill = no_max_fill(y, len);
+        for (std::size_t i = 0; i < len; ++i) y[i] = fill;
         return;
     }
 
@@ -180,8 +191,9 @@ void softmax_span_row(const T* x, T* y, std::size_t first, std::size_t end, std:
     }
     if (last_in_tail) mx = mx < last_v ? last_v : mx;
     if (mx == neg_inf) {
-        for (std::size_t i = 0; i < count; ++i) y[i] = T(0);
-        if (last) *last = T(0);
+        const T fill = last_v != last_v ? last_v : no_max_fill(y, count);
+        for (std::size_t i = 0; i < count; ++i) y[i] = fill;
+        if (last) *last = fill;
         return;
     }
 

@@ -1,6 +1,6 @@
 // Softmax along one axis, numerically stable: y = exp(x - max) / sum(exp(x - max)).
 // Legend: x and y have the same shape; seen as (outer, len, inner) around `axis`.
-// A row whose every entry is -inf (fully masked) gives all zeros, not NaN.
+// A row whose every entry is -inf (fully masked) gives all zeros, not NaN; a row with a NaN gives NaN.
 #pragma once
 #include "engine/parallel.hpp"
 #include "engine/softmax_kernel.hpp"
@@ -66,8 +66,11 @@ struct Softmax {
                 T* yr = y + base;
                 T mx = -std::numeric_limits<T>::infinity();
                 for (std::size_t i = 0; i < l.len; ++i) mx = std::max(mx, xr[i * l.inner]);
-                if (mx == -std::numeric_limits<T>::infinity()) {  // every position masked
-                    for (std::size_t i = 0; i < l.len; ++i) yr[i * l.inner] = T(0);
+                if (mx == -std::numeric_limits<T>::infinity()) {  // every position masked (or a NaN)
+                    T fill = T(0);
+                    for (std::size_t i = 0; i < l.len; ++i)
+                        if (xr[i * l.inner] != xr[i * l.inner]) fill = std::numeric_limits<T>::quiet_NaN();
+                    for (std::size_t i = 0; i < l.len; ++i) yr[i * l.inner] = fill;
                     continue;
                 }
                 T sum = 0;

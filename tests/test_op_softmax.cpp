@@ -10,6 +10,7 @@
 
 #include "engine/error.hpp"
 #include "engine/builder.hpp"
+#include "engine/softmax_kernel.hpp"
 #include "ops/ops.hpp"
 #include "support/op_test.hpp"
 
@@ -76,6 +77,55 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(forward_by_hand, T, Types) {
     const double inf = std::numeric_limits<double>::infinity();
     check_close(forward<T>("Softmax", nullptr, {literal<T>({2, 3}, {-inf, -inf, -inf, -inf, 0, ln3})}), {2, 3},
                 {0, 0, 0, 0, 0.25, 0.75}, tol);
+}
+
+// A row with a NaN gives NaN (as numpy's and PyTorch's softmax give), also where every other
+// value is -inf and the maximum alone would call the row fully masked: short rows, rows with a
+// tail, along axis 0, and on a span (a NaN score the fused step keeps; a NaN sink column).
+BOOST_AUTO_TEST_CASE_TEMPLATE(nan_rows_give_nan, T, Types) {
+    const T nan = std::numeric_limits<T>::quiet_NaN(), inf = std::numeric_limits<T>::infinity();
+    for (std::size_t len : {3u, 20u}) {
+        std::vector<T> masked(2 * len, -inf), mixed(2 * len);
+        masked[len + len - 1] = nan;  // row 0 all -inf, row 1 -inf and a NaN
+        for (std::size_t j = 0; j < 2 * len; ++j) mixed[j] = j == 1 ? nan : static_cast<T>(j % 5);
+        for (const auto& [x, row0_nan] : {std::pair{masked, false}, std::pair{mixed, true}})
+            BOOST_TEST_CONTEXT("len " << len << (row0_nan ? ", finite and NaN" : ", -inf and NaN")) {
+                const auto y = forward<T>("Softmax", nullptr, {literal<T>({2, len}, std::vector<double>(x.begin(), x.end()))});
+                for (std::size_t j = 0; j < len; ++j) {
+                    if (row0_nan) {  // row 1 finite
+                        BOOST_TEST(std::isnan(y.data()[j]) == true, "row 0, " << j);
+                        BOOST_TEST(std::isfinite(y.data()[len + j]) == true, "row 1, " << j);
+                    } else {
+                        BOOST_TEST(y.data()[j] == T(0), "row 0, " << j);
+                        BOOST_TEST(std::isnan(y.data()[len + j]) == true, "row 1, " << j);
+                    }
+                }
+                // the same rows along axis 0 (the strided path)
+                std::vector<T> xt(2 * len);
+                for (std::size_t r = 0; r < 2; ++r)
+                    for (std::size_t j = 0; j < len; ++j) xt[j * 2 + r] = x[r * len + j];
+                const auto yt =
+                    forward<T>("Softmax", {{"axis", 0}}, {literal<T>({len, 2}, std::vector<double>(xt.begin(), xt.end()))});
+                for (std::size_t j = 0; j < len; ++j) {
+                    BOOST_TEST(std::isnan(yt.data()[j * 2]) == row0_nan, "axis 0, row 0, " << j);
+                    BOOST_TEST(std::isnan(yt.data()[j * 2 + 1]) == !row0_nan, "axis 0, row 1, " << j);
+                    if (!row0_nan) BOOST_TEST(yt.data()[j * 2] == T(0), "axis 0, row 0, " << j);
+                }
+            }
+    }
+    // spans: a NaN inside [lo, hi) of a row -inf elsewhere; an empty span with a NaN sink
+    const std::size_t len = 20, lo = 4, hi = 9;
+    std::vector<T> x(hi - lo, -inf), y(hi - lo, T(42));
+    x[2] = nan;
+    softmax_spans<T>(x.data(), 0, y.data(), 0, lo, 1, &lo, &hi, len, T(1), false);
+    for (T v : y) BOOST_TEST(std::isnan(v) == true);
+    T last = nan, none = T(42);
+    const std::size_t at = 3;
+    softmax_spans<T>(&none, 0, &none, 0, at, 1, &at, &at, len, T(1), false, &last);
+    BOOST_TEST(std::isnan(last) == true);
+    last = -inf;
+    softmax_spans<T>(&none, 0, &none, 0, at, 1, &at, &at, len, T(1), false, &last);
+    BOOST_TEST(last == T(0));  // every value -inf: fully masked
 }
 
 // y = exp(x - max) / sum exp(x - max) along `axis`, in double
