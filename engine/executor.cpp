@@ -2,9 +2,11 @@
 
 #include <fnmatch.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <list>
 #include <mutex>
 #include <optional>
@@ -20,6 +22,7 @@
 #include "engine/optimize.hpp"
 #include "engine/parallel.hpp"
 #include "engine/stats.hpp"
+#include "ops/mask.hpp"
 
 namespace attngraph {
 
@@ -473,12 +476,18 @@ private:
     // Records the earliest node (in graph order) found non-finite, with its inputs' ranges;
     // false when node i's outputs are not all finite.
     // check_finite runs the plain plan (no fused steps), so a step is exactly its node.
+    // -inf is a masked score, not a fault, where a Mask makes it or an input holds -inf already
+    // (an additive mask tensor, scores masked before this node): there only NaN and +inf count.
     bool check_finite(std::size_t i, In<T> in, Out<T> out) {
         const Node& node = m_graph.nodes()[i];
+        const T neg_inf = -std::numeric_limits<T>::infinity();
+        bool masking = node.is<ops::Mask>();
+        for (const Array<T>* a : in)
+            masking = masking || std::find(a->begin(), a->end(), neg_inf) != a->end();
         bool finite = true;
         for (const Array<T>* a : out) {
             std::size_t bad = 0;
-            for (T x : *a) bad += !std::isfinite(x);
+            for (T x : *a) bad += !std::isfinite(x) && !(masking && x == neg_inf);
             if (!bad) continue;
             std::lock_guard<std::mutex> lock(m_stop_mutex);
             if (m_result.complete || i < m_stop_index) {

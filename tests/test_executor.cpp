@@ -354,6 +354,48 @@ BOOST_DATA_TEST_CASE(check_finite_stops_at_the_first_non_finite_node, bdata::mak
     BOOST_TEST(std::isnan(full.at(g, "A").at_flat((rows / 2) * cols)));
 }
 
+// A Mask's -inf, and -inf carried on from an input holding it, are masked scores: a causal
+// graph runs through. -inf a node makes from finite inputs, and +inf or NaN anywhere, stop it.
+BOOST_AUTO_TEST_CASE(check_finite_lets_masked_scores_through) {
+    auto graph = [](double factor, double x00) {
+        GraphBuilder gb("masked", DType::f32);
+        Array<float> xd = random_array<float>({5, 4}, 7);
+        xd(0, 0) = static_cast<float>(x00);
+        Value x = gb.input("X", Tensor(xd));
+        Value s = mask_causal(matmul(x, transpose(x)).named("S_raw")).named("S_masked");
+        Value scaled = scale(s, factor).named("S");
+        gb.output(matmul(softmax(scaled).named("A"), x).named("O"));
+        return gb.build();
+    };
+    RunOptions o;
+    o.check_finite = true;
+    o.keep_all = true;
+    const Graph ok = graph(0.5, 1.0);
+    const RunResult r = run(ok, o);
+    BOOST_TEST(r.complete, r.stopped_at << ": " << r.stop_reason);
+    BOOST_TEST(std::isinf(r.at(ok, "S").at_flat(1)));  // (0, 1) masked: -inf, let through
+    BOOST_TEST(r.at(ok, "A").at_flat(0) == 1.0);         // row 0 sees key 0 alone
+    // X(0, 0) = 1e20: S_raw(0, 0) = 1e40 overflows to +inf
+    const RunResult over = run(graph(0.5, 1e20), o);
+    BOOST_TEST(!over.complete);
+    BOOST_TEST(over.stopped_at == "S_raw");
+    BOOST_TEST(over.stop_reason.find("1 non-finite") != std::string::npos, over.stop_reason);
+    // a negative Scale turns the masked -inf into +inf: that stops the run
+    const Graph flipped = graph(-1.0, 1.0);
+    const RunResult f = run(flipped, o);
+    BOOST_TEST(!f.complete);
+    BOOST_TEST(f.stopped_at == "S");
+    // with no -inf in its input, a -inf a node makes from finite values stops the run
+    GraphBuilder gb("neg", DType::f32);
+    Value x = gb.input("X", Tensor(Array<float>({2}, -1e30f)));
+    gb.output(scale(x, 1e20).named("Y"));
+    const Graph neg = gb.build();
+    const RunResult n = run(neg, o);
+    BOOST_TEST(!n.complete);
+    BOOST_TEST(n.stopped_at == "Y");
+    BOOST_TEST(n.stop_reason.find("2 non-finite") != std::string::npos, n.stop_reason);
+}
+
 BOOST_AUTO_TEST_CASE(check_finite_passes_a_finite_graph) {
     const Graph& g = references().at("seed n=3").graph;
     RunOptions o;
