@@ -27,8 +27,8 @@ void add_diff_command(CLI::App& app) {
     CLI::App* cmd = app.add_subcommand("diff", "Compare two traces value by value; name the first that diverges");
     cmd->add_option("a", args->a, "Trace directory (or folder of NAME.npy files)")->required();
     cmd->add_option("b", args->b, "Trace directory (or folder of NAME.npy files) to compare against")->required();
-    cmd->add_option("--rtol", args->options.rtol, "Relative tolerance (default 1e-5)")->check(CLI::NonNegativeNumber);
-    cmd->add_option("--atol", args->options.atol, "Absolute tolerance (default 1e-6)")->check(CLI::NonNegativeNumber);
+    cmd->add_option("--rtol", args->options.rtol, "Relative tolerance (default 1e-5)")->check(FiniteNonNegative);
+    cmd->add_option("--atol", args->options.atol, "Absolute tolerance (default 1e-6)")->check(FiniteNonNegative);
     cmd->add_flag("-q,--quiet", args->quiet, "Print only the values out of tolerance");
     cmd->callback([args] {
         const inspect::TraceDir a(args->a), b(args->b);

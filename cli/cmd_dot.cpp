@@ -21,7 +21,8 @@ void add_dot_command(CLI::App& app) {
     CLI::App* cmd =
         app.add_subcommand("dot", "Write the graph as Graphviz DOT (clusters per head, wall times from a trace)");
     add_graph_args(*cmd, args->graph, false);
-    cmd->add_option("--trace", args->trace_dir, "A trace directory of this graph: label nodes with their wall time");
+    cmd->add_option("--trace", args->trace_dir, "A trace directory of this graph: label nodes with their wall time")
+        ->check(NonEmpty);
     cmd->add_flag("--hide-params", args->hide_params, "Leave the param tensors (weights, biases) out");
     cmd->add_option("-o,--output", args->output, "Write to this file instead of stdout");
     cmd->callback([args] {

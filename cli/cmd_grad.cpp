@@ -94,7 +94,8 @@ void add_grad_command(CLI::App& app) {
                     "input without params)");
     cmd->add_option(
         "--trace", args->trace_dir,
-        "Write the forward trace and the gradient of every node and tensor (grad/<name>.npy) to this directory");
+        "Write the forward trace and the gradient of every node and tensor (grad/<name>.npy) to this directory")
+        ->check(NonEmpty);
     cmd->add_flag("--force", args->force, "Replace an existing non-empty trace directory");
     cmd->add_flag("--check-finite", args->check_finite,
                   "Stop at the first node whose output holds NaN or Inf (the partial forward trace is kept, marked "

@@ -56,7 +56,7 @@ void add_run_command(CLI::App& app) {
     auto args = std::make_shared<RunArgs>();
     CLI::App* cmd = app.add_subcommand("run", "Run a graph, print its outputs, optionally write its trace");
     add_graph_args(*cmd, args->graph);
-    cmd->add_option("--trace", args->trace_dir, "Write the trace of every node to this directory");
+    cmd->add_option("--trace", args->trace_dir, "Write the trace of every node to this directory")->check(NonEmpty);
     cmd->add_option("--format", args->format, "Trace format: npy (default), text or json")
         ->check(CLI::IsMember({"npy", "text", "json"}));
     cmd->add_option("--only", args->only, "Trace only names matching these globs (comma-separated or repeated)");

@@ -3,6 +3,7 @@
 #include <sys/sysinfo.h>
 
 #include <climits>
+#include <cmath>
 
 #include "engine/error.hpp"
 #include "engine/npy.hpp"
@@ -131,6 +132,24 @@ RunResult run_graph(const GraphArgs& args, const Graph& graph, const RunOptions&
         throw ValueError(args.graph + ": " + e.what());
     }
 }
+
+const CLI::Validator NonEmpty(
+    [](std::string& value) { return value.empty() ? std::string("an empty value names nothing") : std::string(); },
+    "NONEMPTY");
+
+const CLI::Validator FiniteNonNegative(
+    [](std::string& value) {
+        double v = 0;
+        std::size_t used = 0;
+        try {
+            v = std::stod(value, &used);
+        } catch (const std::exception&) {
+            used = 0;
+        }
+        if (used != value.size() || !std::isfinite(v) || v < 0) return "must be a finite number >= 0, not " + value;
+        return std::string();
+    },
+    "FINITE>=0");
 
 std::vector<std::string> split_globs(const std::vector<std::string>& values) {
     std::vector<std::string> out;

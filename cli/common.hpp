@@ -47,6 +47,11 @@ std::size_t max_memory_bytes(const GraphArgs& args);
 /// Parses "4G", "512M", "1000000" into bytes; throws attngraph::Error.
 std::size_t parse_bytes(const std::string& text);
 
+/// Refuses an empty value (`--trace ""` would write nothing and say nothing).
+extern const CLI::Validator NonEmpty;
+/// A finite number >= 0 (CLI::NonNegativeNumber lets NaN through).
+extern const CLI::Validator FiniteNonNegative;
+
 /// --only values may each hold comma-separated globs.
 std::vector<std::string> split_globs(const std::vector<std::string>& values);
 

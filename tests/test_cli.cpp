@@ -432,6 +432,26 @@ BOOST_AUTO_TEST_CASE(help_lists_the_commands) {
     BOOST_TEST(check_help.out.find("graph TEXT REQUIRED") != std::string::npos);
 }
 
+// Flag values that would do nothing or compare nothing are usage errors (exit 2): an empty
+// --trace wrote no trace and said so nowhere; diff --atol NaN compared nothing and said DIFFERS.
+BOOST_AUTO_TEST_CASE(empty_and_nan_flag_values_are_usage_errors) {
+    TempDir tmp;
+    const std::string seed = q(seed_graph());
+    BOOST_TEST_REQUIRE(run_cli("run " + seed + " --trace t -q", tmp.path).code == 0);
+    for (const std::string& args : {"run " + seed + " --trace ''", "grad " + seed + " --trace ''",
+                                   "dot " + seed + " --trace ''", std::string("diff t t --atol NaN"),
+                                   std::string("diff t t --rtol inf"), std::string("diff t t --atol -1")})
+        BOOST_TEST_CONTEXT(args) {
+            const CliResult r = run_cli(args, tmp.path);
+            BOOST_TEST(r.code == 2, r.err);
+            BOOST_TEST(r.err.rfind("error: --", 0) == 0u, r.err);
+            BOOST_TEST(std::count(r.err.begin(), r.err.end(), '\n') == 1, r.err);
+        }
+    const CliResult same = run_cli("diff t t --atol 0 --rtol 0", tmp.path);
+    BOOST_TEST(same.code == 0, same.err);
+    BOOST_TEST(same.out.find("agree within rtol 0, atol 0") != std::string::npos, same.out);
+}
+
 BOOST_AUTO_TEST_CASE(bad_inputs) {
     TempDir tmp;
     const fs::path& d = tmp.path;
