@@ -52,6 +52,10 @@ void add_diff_command(CLI::App& app) {
                         err_text(args->options.atol) + "; first divergence at '" + *r.first_divergent + "'");
         std::printf("all %zu common values agree within rtol %s, atol %s\n", r.compared,
                     err_text(args->options.rtol).c_str(), err_text(args->options.atol).c_str());
+        for (const auto* t : {&a, &b})  // a run that stopped early (--check-finite): what it lacks was not compared
+            if (!t->complete())
+                std::printf("note: %s is an incomplete trace: the values after its run stopped are not compared\n",
+                            (t == &a ? args->a : args->b).c_str());
     });
 }
 

@@ -176,6 +176,12 @@ BOOST_AUTO_TEST_CASE(pow_of_a_negative_base_is_nan_that_check_finite_names) {
     BOOST_TEST(checked.err.rfind("error: ", 0) == 0u, checked.err);
     BOOST_TEST(checked.err.find("'scores' (Pow)") != std::string::npos, checked.err);
     BOOST_TEST(checked.err.find("4 non-finite values") != std::string::npos, checked.err);
+    // diff says which trace is incomplete, even when the values they share agree
+    BOOST_TEST_REQUIRE(run_cli("run pow.json --trace full -q", dir.path).code == 0);
+    const auto diffed = run_cli("diff full t", dir.path);
+    BOOST_TEST(diffed.code == 0, diffed.err);
+    BOOST_TEST(diffed.out.find("note: t is an incomplete trace") != std::string::npos, diffed.out);
+    BOOST_TEST(diffed.out.find("note: full") == std::string::npos, diffed.out);
 }
 
 BOOST_AUTO_TEST_SUITE_END()  // test_cli_attention_errors
