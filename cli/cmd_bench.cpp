@@ -67,24 +67,23 @@ struct BenchVariant {
     std::function<Graph(const BenchSizes&)> build;
 };
 
-graphs::MhaConfig mha_config(const BenchSizes& s) {
-    graphs::MhaConfig c;
-    c.seq = s.seq;
-    c.d_model = s.d_model;
-    c.heads = s.heads;
-    c.batch = s.batch;
-    return c;
-}
-
-// Every variant of `attngraph new` (graphs/variants.hpp, graphs/flex.hpp) but its per-head mha,
-// which is graphs/mha.hpp's here, plus the seed graph.
+// Every variant of `attngraph new` (graphs/variants.hpp, graphs/flex.hpp), each refusing the
+// options it takes no as `new` does, plus the seed graph.
 const std::vector<BenchVariant>& bench_variants() {
     static const std::vector<BenchVariant> variants = [] {
         std::vector<BenchVariant> v = {
             {"mha", "per-head multi-head attention (graphs/mha.hpp)", true,
-             [](const BenchSizes& s) { return graphs::build_mha(mha_config(s)); }},
-            {"seed", "the seed document's graph (n=3, d_model=4, 2 heads; sizes ignored)", false,
-             [](const BenchSizes&) { return graphs::build_mha(graphs::seed_mha_config(), graphs::seed_mha_weights()); }},
+             [](BenchSizes c) {  // (`new`'s mha: graphs/mha.hpp's, and the options it takes no)
+                 c.variant = "mha";
+                 return graphs::build_variant(c);
+             }},
+            {"seed", "the seed document's graph (n=3, d_model=4, 2 heads; takes no sizes)", false,
+             [](const BenchSizes& c) {
+                 if (c.seq || c.d_model || c.heads || c.batch || c.kv_seq || c.groups || c.window || c.past ||
+                     c.causal || !c.lengths.empty())
+                     throw Error("bench: variant 'seed' takes no sizes (it is n=3, d_model=4, 2 heads)");
+                 return graphs::build_mha(graphs::seed_mha_config(), graphs::seed_mha_weights());
+             }},
         };
         for (const auto* list : {&graphs::variant_list(), &graphs::flex_list()})
             for (const auto& info : *list) {
@@ -308,7 +307,8 @@ void add_bench_command(CLI::App& app) {
     cmd->add_option("--seq", args->sizes.seq, "Sequence length n");
     cmd->add_option("--d-model", args->sizes.d_model, "Model width");
     cmd->add_option("--heads", args->sizes.heads, "Number of heads");
-    cmd->add_option("--gemm", args->gemm, "Instead: time an N x N x N float32 GEMM through the engine's GEMM path");
+    cmd->add_option("--gemm", args->gemm, "Instead: time an N x N x N float32 GEMM through the engine's GEMM path")
+        ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 16));
     cmd->add_option("--threads", args->threads, "Worker threads (default 0: all cores)")->check(CLI::Range(0, 4096));
     cmd->add_option("--reps", args->reps, "Timed runs after one warm-up (default 5)")->check(CLI::Range(1, 10000000));
     cmd->add_option("--trace", args->trace, "none, or memory: keep every node's output as a traced run does")

@@ -134,13 +134,18 @@ BOOST_AUTO_TEST_CASE(bench_errors_are_one_line) {
     for (const Case& c :
          {Case{"bench --variant nope --seq 4 --d-model 4 --heads 2", "unknown variant 'nope' (known: mha, seed"},
           Case{"bench --seq 4 --heads 2", "needs --seq, --d-model and --heads"},
-          Case{"bench --seq 4 --d-model 6 --heads 4", "not a multiple of heads"},
+          Case{"bench --seq 4 --d-model 6 --heads 4", "d_model must be a positive multiple of heads"},
           Case{"bench --seq 4 --d-model 4 --heads 2 --trace disk", "--trace"},
           Case{"bench --variant gqa --seq 4 --d-model 8 --heads 4 --groups 3", "groups"},
           Case{"bench --variant document --seq 4 --d-model 8 --heads 2 --documents 1,2", "sum to 3, not to seq 4"},
           Case{"bench --variant softcap --seq 4 --d-model 8 --heads 2 --softcap 0", "softcap must be a positive"},
           Case{"bench --graph g.json --variant mha", "excludes"},
-          Case{"bench --graph no_such_graph.json", "no_such_graph.json"}}) {
+          Case{"bench --graph no_such_graph.json", "no_such_graph.json"},
+          // the options a variant takes no, as `new` refuses them (mha and seed took them silently)
+          Case{"bench --seq 8 --d-model 8 --heads 2 --window 3", "variant 'mha' takes no window"},
+          Case{"bench --seq 8 --d-model 8 --heads 2 --kv-lengths 3", "variant 'mha' takes no padding lengths"},
+          Case{"bench --variant seed --seq 8", "variant 'seed' takes no sizes"},
+          Case{"bench --gemm 0", "--gemm: Value 0 not in range"}}) {
         BOOST_TEST_CONTEXT(c.args) {
             const test::CliResult r = test::run_cli(c.args);
             BOOST_TEST(r.code != 0);
