@@ -27,7 +27,9 @@ bool valid_name(const std::string& name) {
 
 void check_memory(const Graph& graph, std::size_t max_bytes, bool all_kept) {
     const std::size_t word = graph.dtype() == DType::f32 ? 4 : 8;
-    const std::string limit = "the memory limit of " + std::to_string(max_bytes) + " bytes";
+    // (SIZE_MAX / 2: the guard against sizes that overflow, before any --max-memory applies)
+    const std::string limit = max_bytes >= SIZE_MAX / 2 ? std::string("what a process can address")
+                                                        : "the memory limit of " + std::to_string(max_bytes) + " bytes";
     std::size_t total = 0;
     for (const auto& v : graph.values()) {
         const std::size_t count = element_count_capped(v.shape);

@@ -82,6 +82,14 @@ BOOST_AUTO_TEST_CASE(shape_products_that_overflow_are_refused) {
         "nodes": [{"name": "Y", "op": "Scale", "inputs": ["X"], "attrs": {"factor": 2}}]})";
     const std::string e = error_of<ShapeError>([&] { parse(text); });
     BOOST_TEST(contains(e, "too many elements"), e);
+    // an empty tensor whose reduction's output cannot exist: refused by the overflow guard,
+    // which names no --max-memory it was not given
+    const std::string empty = R"({"tensors": {"X": {"shape": [0, 4611686018427387904, 4611686018427387904],
+        "data": []}}, "nodes": [{"name": "Y", "op": "ReduceSum", "inputs": ["X"], "attrs": {"axes": [0]}}]})";
+    const std::string r = error_of<ShapeError>([&] { parse(empty); });
+    BOOST_TEST(contains(r, "node 'Y' (ReduceSum) output 'Y' of shape (1x4611686018427387904x4611686018427387904)"), r);
+    BOOST_TEST(contains(r, "over what a process can address"), r);
+    BOOST_TEST(!contains(r, "memory limit"), r);
 }
 
 BOOST_AUTO_TEST_CASE(data_without_shape_is_held_to_the_limit) {
