@@ -285,7 +285,8 @@ void add_bench_command(CLI::App& app) {
                                   "Instead: time this graph file or ONNX model (its input shapes from --input)");
     graph->excludes(variant);
     cmd->add_option("--input", args->graph.inputs, "With --graph: replace a tensor's data: NAME=FILE.npy (repeatable)")
-        ->needs(graph);
+        ->needs(graph)
+        ->check(NameEqualsFile);
     cmd->add_option("--dtype", args->graph.dtype, "With --graph: compute in f32 or f64")
         ->check(CLI::IsMember({"f32", "f64"}))
         ->needs(graph);

@@ -104,7 +104,8 @@ void add_grad_command(CLI::App& app) {
                   "Print every value of every gradient (by default one of more than 1000 values is summarised)");
     cmd->add_option("--patch", args->patches,
                     "Replace a node's output with a .npy file's values, a constant for the gradients: no gradient "
-                    "flows through it to the node's inputs (NODE=FILE.npy, repeatable)");
+                    "flows through it to the node's inputs (NODE=FILE.npy, repeatable)")
+        ->check(NameEqualsFile);
     cmd->callback([args] {
         if (!args->trace_dir.empty()) check_output_dir(args->trace_dir, args->force);
         const Graph loaded = load_with_inputs(args->graph);

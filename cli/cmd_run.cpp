@@ -69,7 +69,8 @@ void add_run_command(CLI::App& app) {
                   "shape, min/max/mean and its edge items; trace files always hold every value)");
     cmd->add_option(
         "--patch", args->patches,
-        "Replace a node's output with a .npy file's values and recompute downstream: NODE=FILE.npy (repeatable)");
+        "Replace a node's output with a .npy file's values and recompute downstream: NODE=FILE.npy (repeatable)")
+        ->check(NameEqualsFile);
     cmd->add_option("--tokens", args->tokens,
                     "Label the sequence axes with these tokens: a,b,c (default: the graph file's)");
     cmd->callback([args] {

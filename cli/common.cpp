@@ -13,7 +13,7 @@ namespace attngraph::cli {
 
 void add_graph_args(CLI::App& cmd, GraphArgs& args, bool with_threads) {
     cmd.add_option("graph", args.graph, "Graph file (JSON)")->required();
-    cmd.add_option("--input", args.inputs, "Replace a tensor's data: NAME=FILE.npy (repeatable)");
+    cmd.add_option("--input", args.inputs, "Replace a tensor's data: NAME=FILE.npy (repeatable)")->check(NameEqualsFile);
     cmd.add_option("--dtype", args.dtype, "Compute in f32 or f64 (default: the graph file's dtype)")
         ->check(CLI::IsMember({"f32", "f64"}));
     cmd.add_flag("--allow-outside-paths", args.allow_outside_paths,
@@ -150,6 +150,15 @@ const CLI::Validator FiniteNonNegative(
         return std::string();
     },
     "FINITE>=0");
+
+const CLI::Validator NameEqualsFile(
+    [](std::string& value) {
+        const auto eq = value.find('=');
+        if (eq == std::string::npos || eq == 0 || eq + 1 == value.size())
+            return "'" + value + "': expected NAME=FILE.npy";
+        return std::string();
+    },
+    "NAME=FILE");
 
 std::vector<std::string> split_globs(const std::vector<std::string>& values) {
     std::vector<std::string> out;

@@ -52,6 +52,9 @@ extern const CLI::Validator NonEmpty;
 /// A finite number >= 0 (CLI::NonNegativeNumber lets NaN through).
 extern const CLI::Validator FiniteNonNegative;
 
+/// NAME=FILE with both sides non-empty (--input, --patch): a bad one is a bad command line.
+extern const CLI::Validator NameEqualsFile;
+
 /// --only values may each hold comma-separated globs.
 std::vector<std::string> split_globs(const std::vector<std::string>& values);
 

@@ -433,14 +433,17 @@ BOOST_AUTO_TEST_CASE(help_lists_the_commands) {
 }
 
 // Flag values that would do nothing or compare nothing are usage errors (exit 2): an empty
-// --trace wrote no trace and said so nowhere; diff --atol NaN compared nothing and said DIFFERS.
+// --trace wrote no trace and said so nowhere; diff --atol NaN compared nothing and said DIFFERS;
+// an --input that is not NAME=FILE.
 BOOST_AUTO_TEST_CASE(empty_and_nan_flag_values_are_usage_errors) {
     TempDir tmp;
     const std::string seed = q(seed_graph());
     BOOST_TEST_REQUIRE(run_cli("run " + seed + " --trace t -q", tmp.path).code == 0);
     for (const std::string& args : {"run " + seed + " --trace ''", "grad " + seed + " --trace ''",
                                    "dot " + seed + " --trace ''", std::string("diff t t --atol NaN"),
-                                   std::string("diff t t --rtol inf"), std::string("diff t t --atol -1")})
+                                   std::string("diff t t --rtol inf"), std::string("diff t t --atol -1"),
+                                   "run " + seed + " --input X", "run " + seed + " --input =x.npy",
+                                   "bench --graph " + seed + " --input X="})
         BOOST_TEST_CONTEXT(args) {
             const CliResult r = run_cli(args, tmp.path);
             BOOST_TEST(r.code == 2, r.err);

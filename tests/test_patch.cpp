@@ -39,19 +39,21 @@ std::string q(const fs::path& p) {
 }
 
 // Each bad --patch of `command` (run or grad on the seed graph, uniform.npy 3x3 and wide.npy
-// 3x4 in dir): its one error line, exit 1 and no trace left behind. `tensor` is a patch of a
-// tensor rather than a node output, with its message.
+// 3x4 in dir): its one error line, exit 1 (2 for one that is not NODE=FILE: a bad command
+// line) and no trace left behind. `tensor` is a patch of a tensor rather than a node output,
+// with its message.
 void expect_bad_patches(const std::string& command, const fs::path& dir, const std::string& tensor,
                         const std::string& tensor_message) {
     const std::pair<std::string, std::string> bad[] = {
         {"head9.A=uniform.npy", "error: patch head9.A: graph 'seed_mha' has no node named 'head9.A'\n"},
         {"head2.A=wide.npy", "error: patch head2.A: wide.npy is 3x4, node 'head2.A' (Softmax) outputs 3x3\n"},
         {tensor, tensor_message},
-        {"head2.A", "error: --patch 'head2.A': expected NODE=FILE.npy\n"},
+        {"head2.A", "error: --patch: 'head2.A': expected NAME=FILE.npy (see attngraph --help)\n"},
+        {"head2.A=", "error: --patch: 'head2.A=': expected NAME=FILE.npy (see attngraph --help)\n"},
     };
     for (const auto& [patch, message] : bad) {
         const CliResult e = run_cli(command + " --patch " + patch + " --trace out", dir);
-        BOOST_TEST(e.code == 1);
+        BOOST_TEST(e.code == (message.find("expected NAME=FILE") != std::string::npos ? 2 : 1));
         BOOST_TEST(e.err == message);
         BOOST_TEST(!fs::exists(dir / "out"));
     }
