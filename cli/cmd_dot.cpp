@@ -29,6 +29,9 @@ void add_dot_command(CLI::App& app) {
         const Graph graph = load_with_inputs(args->graph);
         std::optional<inspect::TraceDir> trace;
         if (!args->trace_dir.empty()) trace.emplace(args->trace_dir);
+        if (trace && trace->has_manifest() && trace->graph() != graph.name())  // its times would label other nodes
+            throw Error(args->trace_dir + ": a trace of graph '" + trace->graph() + "', not of " + args->graph.graph +
+                        " ('" + graph.name() + "')");
         inspect::DotOptions o;
         o.trace = trace ? &*trace : nullptr;
         o.hide_params = args->hide_params;

@@ -109,6 +109,11 @@ BOOST_AUTO_TEST_CASE(dot_of_a_16_head_graph_renders_with_graphviz) {
     BOOST_REQUIRE_MESSAGE(trace.code == 0, trace.err);
     const auto r = test::run_cli("dot mha16.json --trace t -o mha16.dot", tmp.path);
     BOOST_REQUIRE_MESSAGE(r.code == 0, r.err);
+    // another graph's trace would label these nodes with its times: refused, nothing written
+    const auto other = test::run_cli("dot " + test::seed_graph().string() + " --trace t -o other.dot", tmp.path);
+    BOOST_TEST(other.code == 1);
+    BOOST_TEST(other.err.find("t: a trace of graph 'mha16', not of") != std::string::npos, other.err);
+    BOOST_TEST(!fs::exists(tmp.path / "other.dot"));
     const std::string dot = slurp(tmp.path / "mha16.dot");
     // one cluster per head, every node labelled with name, op and shape, wall times
     for (int h = 1; h <= 16; ++h)
