@@ -31,6 +31,7 @@ void run_import(const ImportArgs& a) {
     write_output(out.string(), doc.dump(1) + "\n");
     std::printf("wrote %s: %zu nodes, %zu ONNX names mapped\n", out.string().c_str(), graph.nodes().size(),
                 names.size());
+    note_weights_outside(out, a.weights_dir);
 }
 
 }  // namespace

@@ -135,12 +135,7 @@ void run_new(NewArgs& a) {
             if (t.contains("data")) shorten_f32(t["data"]);
     write_output(out.string(), graph_file_text(graph, doc));
     std::printf("wrote %s: variant %s, %zu nodes\n", out.string().c_str(), a.variant.c_str(), graph.nodes().size());
-    if (!a.weights_dir.empty()) {
-        const fs::path rel = fs::relative(fs::absolute(a.weights_dir), fs::absolute(out).parent_path());
-        if (rel.empty() || *rel.begin() == "..")
-            std::fprintf(stderr,
-                         "note: the weights are outside the graph file's folder: load it with --allow-outside-paths\n");
-    }
+    note_weights_outside(out, a.weights_dir);
 }
 
 }  // namespace

@@ -92,4 +92,8 @@ void check_graph_output(const std::filesystem::path& out, const std::string& wei
 nlohmann::json graph_document(const Graph& graph, const std::filesystem::path& out, const std::string& weights_dir,
                               bool force);
 
+/// After writing `out` with its weights in `weights_dir`: a note on stderr when they are
+/// outside out's folder (the graph then loads only with --allow-outside-paths).
+void note_weights_outside(const std::filesystem::path& out, const std::string& weights_dir);
+
 }  // namespace attngraph::cli

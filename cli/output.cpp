@@ -1,6 +1,7 @@
 // Writing a command's result: a file or stdout, and the graph files of `new` and `import`.
 #include <unistd.h>
 
+#include <cstdio>
 #include <fstream>
 #include <iostream>
 
@@ -59,6 +60,13 @@ nlohmann::json graph_document(const Graph& graph, const fs::path& out, const std
             if (t.contains("npy")) t["npy"] = fs::relative(weights / (name + ".npy"), graph_dir).generic_string();
     });
     return doc;
+}
+
+void note_weights_outside(const fs::path& out, const std::string& weights_dir) {
+    if (weights_dir.empty()) return;
+    const fs::path rel = fs::relative(fs::absolute(weights_dir), fs::absolute(out).parent_path());
+    if (rel.empty() || *rel.begin() == "..")
+        std::fprintf(stderr, "note: the weights are outside the graph file's folder: load it with --allow-outside-paths\n");
 }
 
 }  // namespace attngraph::cli

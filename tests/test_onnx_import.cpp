@@ -193,6 +193,18 @@ BOOST_AUTO_TEST_CASE(a_torch_style_model_runs_and_is_traced_under_sanitised_name
     const CliResult rj = run_cli("run g.json --input input.1=x.npy --trace tj", tmp.path);
     BOOST_TEST_REQUIRE(rj.code == 0, rj.err);
     BOOST_TEST((load_npy(tmp.path / "tj" / "Y.npy") == y));  // the graph file gives the same bits
+    // weights beside the graph file load as they are; outside its folder, a note says how
+    fs::create_directory(tmp.path / "sub");
+    const CliResult inside = run_cli("import tiny.onnx -o sub/g.json --weights-dir sub/w", tmp.path);
+    BOOST_TEST_REQUIRE(inside.code == 0, inside.err);
+    BOOST_TEST(inside.err.empty(), inside.err);
+    const CliResult outside = run_cli("import tiny.onnx -o sub/g2.json --weights-dir w2", tmp.path);
+    BOOST_TEST_REQUIRE(outside.code == 0, outside.err);
+    BOOST_TEST(outside.err.find("note: the weights are outside the graph file's folder: load it with "
+                                "--allow-outside-paths") != std::string::npos,
+               outside.err);
+    BOOST_TEST(run_cli("run sub/g2.json --input input.1=x.npy", tmp.path).code == 1);
+    BOOST_TEST(run_cli("run sub/g2.json --input input.1=x.npy --allow-outside-paths", tmp.path).code == 0);
 }
 
 BOOST_AUTO_TEST_CASE(bad_models_give_one_error_line) {
