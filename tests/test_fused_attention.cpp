@@ -739,6 +739,47 @@ BOOST_AUTO_TEST_CASE(tanh_after_a_mask_does_not_fuse) {
     BOOST_TEST(test::max_abs_diff(run(g, {}).at(g, "O"), run(g, plain).at(g, "O")) < 1e-6);
 }
 
+// A NaN score the fused step keeps makes its row NaN on the kept keys, also where it is the
+// row's only kept key (row 0 of a causal map, which it once called fully masked: zeros); the
+// masked keys stay 0. Rows that do not see the NaN key stay as they were.
+BOOST_AUTO_TEST_CASE(a_nan_score_makes_its_row_nan) {
+    const std::size_t n = 40, d = 8;
+    GraphBuilder b("nan_key");
+    Tensor kt = graphs::random_tensor({1, n, d}, DType::f32, 2);
+    kt.as<float>().data()[0] = std::numeric_limits<float>::quiet_NaN();  // key 0
+    Tensor qt = graphs::random_tensor({1, n, d}, DType::f32, 1);
+    Value q = b.input("Q", qt), k = b.input("K", kt);
+    Value v = b.input("V", graphs::random_tensor({1, n, d}, DType::f32, 3));
+    // keys j with i - 3 < j <= i: rows 0-2 see key 0, the others do not
+    Value s = mask_window(matmul(q, transpose(k)).named("S_raw"), 3, true).named("S_masked");
+    Value a = softmax(s).named("A");
+    b.output(matmul(a, v).named("O"));
+    const Graph g = b.build();
+    BOOST_TEST(count_steps(make_plan(g, kept(g)), StepKind::attention) == 1u);
+    RunOptions traced;
+    traced.keep_all = true;
+    const RunResult r = run(g, traced);
+    const Tensor& at = r.at(g, "A");
+    const Tensor& o = r.at(g, "O");
+    for (std::size_t i = 0; i < n; ++i)
+        for (std::size_t j = 0; j < n; ++j) {
+            const bool kept_key = j <= i && i - j < 3;
+            const double w = at.at_flat(i * n + j);
+            if (!kept_key)
+                BOOST_TEST(w == 0.0, i << ", " << j);
+            else
+                BOOST_TEST(std::isnan(w) == (i < 3), i << ", " << j);
+        }
+    for (std::size_t e = 0; e < n * d; ++e) BOOST_TEST(std::isnan(o.at_flat(e)) == (e / d < 3), e);
+    RunOptions untraced;  // the same O untraced (bits), and from the plain nodes (NaN rows alike)
+    const Tensor uo = run(g, untraced).at(g, "O");
+    BOOST_TEST(std::memcmp(uo.as<float>().data(), o.as<float>().data(), n * d * sizeof(float)) == 0);
+    RunOptions plain;
+    plain.optimize = false;
+    const Tensor po = run(g, plain).at(g, "O");
+    for (std::size_t e = 0; e < n * d; ++e) BOOST_TEST(std::isnan(po.at_flat(e)) == (e / d < 3), e);
+}
+
 // ---- the variants and the Attention composite ----------------------------------------------
 
 namespace {
