@@ -9,6 +9,7 @@ numpy, patch activations, take gradients, write traces and reports, sweep over d
 """
 import html as _html
 import json as _json
+import numbers as _numbers
 import os as _os
 import re as _re
 
@@ -21,7 +22,52 @@ __all__ = [
     "Error", "GraphError", "ShapeError", "IoError", "Graph", "Trace", "Gradients", "NodeTable", "Builder",
     "Value", "load", "parse", "new", "variants", "linear", "matmul", "transpose", "scale", "softmax", "concat",
     "add", "mask_causal", "mask_window", "mask_padding", "mask", "slice", "split", "reshape", "permute", "sweep",
+    "default_max_memory",
 ]
+
+
+# the CLI's hints in the library's messages, as a Python caller gives the same thing
+_HINTS = [
+    (r"trace fewer with --only$", "keep fewer with trace=[name globs]"),
+]
+
+
+def _python_hints(e):
+    """`e` (an attngraph.Error) with its CLI hints in Python's spelling, or `e` itself."""
+    text = str(e)
+    for pattern, repl in _HINTS:
+        text = _re.sub(pattern, repl, text)
+    return e if text == str(e) else type(e)(text)
+
+
+def _hinted(fn):
+    def call(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except Error as e:
+            better = _python_hints(e)
+            if better is e:
+                raise
+            raise better from None
+    call.__name__, call.__qualname__, call.__doc__ = fn.__name__, fn.__qualname__, fn.__doc__
+    return call
+
+
+def _max_memory(v):
+    """max_memory= checked: None (the default limit) or a positive number of bytes."""
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, _numbers.Integral):
+        raise TypeError("max_memory must be a number of bytes (an int), got %s" % type(v).__name__)
+    if v <= 0:
+        raise ValueError("max_memory must be a positive number of bytes, got %d" % v)
+    return int(v)
+
+
+def default_max_memory():
+    """The memory limit of run() and grad() when max_memory= is not given: half of the
+    machine's memory, as the CLI's --max-memory default."""
+    return _core.default_max_memory()
 
 
 class NodeTable(str):
@@ -64,23 +110,28 @@ class Graph:
         """The data of an input or param tensor (read-only numpy)."""
         return self._g.tensor(name)
 
-    def run(self, inputs=None, trace=False, threads=0, patch=None, tokens=None):
+    @_hinted
+    def run(self, inputs=None, trace=False, threads=0, patch=None, tokens=None, max_memory=None):
         """Runs the graph. `inputs` replaces input/param tensors ({name: array}); `trace` is
         a bool or a list of name globs ("head*.A") of the values to keep; `patch` replaces
         node outputs ({name: array} or {name: function(numpy) -> numpy}); `tokens` labels
-        the sequence axes. Returns a Trace. The GIL is released while the graph runs."""
+        the sequence axes. A value over `max_memory` bytes (default: default_max_memory()),
+        or with trace=True all values together, is a ShapeError before anything is
+        allocated. Returns a Trace. The GIL is released while the graph runs."""
         return Trace(_core.run(self._g, self._ours(inputs), trace, threads, self._ours(patch),
-                               None if tokens is None else list(tokens)))
+                               None if tokens is None else list(tokens), max_memory=_max_memory(max_memory)))
 
-    def grad(self, inputs=None, wrt=(), output_grads=None, patch=None, threads=0, tokens=None):
+    @_hinted
+    def grad(self, inputs=None, wrt=(), output_grads=None, patch=None, threads=0, tokens=None, max_memory=None):
         """Gradients of L = sum over outputs of sum(G * output) (G all ones unless given in
         `output_grads`) with respect to the `wrt` names (empty: every value). A patched
-        value is a constant: no gradient flows through it."""
+        value is a constant: no gradient flows through it. `max_memory` as for run()."""
         if isinstance(wrt, str):
             wrt = [wrt]
         wrt = list(self._ours({w: None for w in wrt}))
         return Gradients(_core.grad(self._g, self._ours(inputs), wrt, self._ours(output_grads),
-                                    self._ours(patch), threads, None if tokens is None else list(tokens)))
+                                    self._ours(patch), threads, None if tokens is None else list(tokens),
+                                    max_memory=_max_memory(max_memory)))
 
     def check(self):
         """The node table of `attngraph check` (a str; `.rows` has one dict per value)."""

@@ -3,6 +3,7 @@ dtype conversion, errors, building graphs from Python, the GIL released while a 
 Reference values: the seed document's matrices (tests/data/seed_values.json) and numpy."""
 import json
 import subprocess
+import sys
 import threading
 import time
 
@@ -259,3 +260,53 @@ def test_the_gil_is_released_while_a_graph_runs():
         time.sleep(0.0005)
     t.join()
     assert len(ticks) > 10
+
+
+def test_runs_refuse_values_over_the_memory_limit(seed_path, seed_values):
+    # the default limit, as the CLI's --max-memory: half of the machine's memory. X of 3e6 rows
+    # makes head1.S_raw 3e6 x 3e6 f32 (36 TB): refused before anything is allocated. The
+    # child's address space is capped, so a regression fails with MemoryError, not by swapping.
+    script = """if True:
+        import os, resource, sys
+        import numpy as np, attngraph
+        resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
+        g = attngraph.load(sys.argv[1])
+        try:
+            g.run({"X": np.zeros((3000000, 4), np.float32)}, trace=True)
+        except Exception as e:
+            print(type(e).__name__, e)
+        print(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2)
+    """
+    p = subprocess.run([sys.executable, "-c", script, str(seed_path)], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    error, half = p.stdout.splitlines()
+    assert error == ("ShapeError node 'head1.S_raw' (MatMul) output 'head1.S_raw' of shape (3000000x3000000) f32 "
+                     "needs 36000000000000 bytes, over the memory limit of %s bytes" % half)
+    assert attngraph.default_max_memory() == int(half)
+
+    g = attngraph.load(seed_path)
+    x = np.zeros((3000, 4), np.float32)  # head1.S_raw: 3000 x 3000 x 4 = 36000000 bytes
+    over = "node 'head1.S_raw' [(]MatMul[)] output 'head1.S_raw' of shape [(]3000x3000[)] f32 needs 36000000 bytes, " \
+           "over the memory limit of 10000000 bytes$"
+    with pytest.raises(attngraph.ShapeError, match=over):
+        g.run({"X": x}, max_memory=10_000_000)
+    with pytest.raises(attngraph.ShapeError, match=over):
+        g.grad({"X": x}, wrt=["head1.Wq"], max_memory=10_000_000)
+    # an input or a patch over the limit is refused before it is copied
+    with pytest.raises(attngraph.ShapeError, match="^input X: shape [(]3000x4[)] f32 needs 48000 bytes, over the "
+                                                   "memory limit of 40000 bytes$"):
+        g.run({"X": x}, max_memory=40_000)
+    with pytest.raises(attngraph.ShapeError, match="^patch head1.A: shape [(]3000x3000[)] f32 needs 36000000 bytes"):
+        g.run(patch={"head1.A": np.zeros((3000, 3000))}, max_memory=10_000_000)
+    # trace=True keeps every value: the seed's 33 values, f32, must fit together
+    total = sum(np.array(v).size * 4 for v in seed_values.values())
+    with pytest.raises(attngraph.ShapeError, match="its 33 values together need %d bytes, over the memory limit of "
+                                                   "%d bytes; keep fewer with trace=" % (total, total - 1)):
+        g.run(trace=True, max_memory=total - 1)
+    np.testing.assert_allclose(g.run(trace=True, max_memory=total)["head1.A"], np.array(seed_values["head1.A"]),
+                               atol=1e-5)
+    np.testing.assert_allclose(g.run(max_memory=total - 1)["Y"], np.array(seed_values["Y"]), atol=1e-5)
+    with pytest.raises(ValueError, match="max_memory must be a positive number of bytes, got 0"):
+        g.run(max_memory=0)
+    with pytest.raises(TypeError, match="max_memory must be a number of bytes"):
+        g.run(max_memory="1G")
