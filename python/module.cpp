@@ -189,8 +189,8 @@ PyResult run_graph(const GraphPtr& graph0, const py::dict& inputs, const py::obj
         options.trace = true;
         options.trace_only = {trace.cast<std::string>()};
     } else if (!trace.is_none()) {
-        options.trace = true;
         options.trace_only = trace.cast<std::vector<std::string>>();
+        options.trace = !options.trace_only.empty();  // no globs keep nothing but the outputs
     }
     // as the CLI refuses them (cli/common.cpp, cmd_run.cpp) before anything is allocated
     check_memory(*r.graph, max_bytes, options.trace && options.trace_only.empty());

@@ -37,6 +37,17 @@ def test_trace_globs_keep_only_matching_values(seed_path):
         r["nope"]
 
 
+def test_an_empty_trace_list_keeps_only_the_outputs(seed_path, seed_values):
+    g = attngraph.load(seed_path)
+    for trace in ([], (), False):
+        r = g.run(trace=trace)
+        assert isinstance(r, attngraph.Trace)
+        assert r.names == ["Y"] and "head1.A" not in r
+        np.testing.assert_allclose(r["Y"], np.array(seed_values["Y"]), atol=1e-5)
+        with pytest.raises(KeyError, match="not kept"):
+            r["head1.A"]
+
+
 def test_arrays_share_the_run_buffer_and_keep_it_alive(seed_path):
     g = attngraph.load(seed_path)
     r = g.run(trace=True)
