@@ -119,7 +119,8 @@ class Graph:
         or with trace=True all values together, is a ShapeError before anything is
         allocated. Returns a Trace. The GIL is released while the graph runs."""
         return Trace(_core.run(self._g, self._ours(inputs), trace, threads, self._ours(patch),
-                               None if tokens is None else list(tokens), max_memory=_max_memory(max_memory)))
+                               None if tokens is None else list(tokens), max_memory=_max_memory(max_memory)),
+                     self.onnx_names, self.notes)
 
     @_hinted
     def grad(self, inputs=None, wrt=(), output_grads=None, patch=None, threads=0, tokens=None, max_memory=None):
@@ -131,7 +132,8 @@ class Graph:
         wrt = list(self._ours({w: None for w in wrt}))
         return Gradients(_core.grad(self._g, self._ours(inputs), wrt, self._ours(output_grads),
                                     self._ours(patch), threads, None if tokens is None else list(tokens),
-                                    max_memory=_max_memory(max_memory)))
+                                    max_memory=_max_memory(max_memory)),
+                         self.onnx_names, self.notes)
 
     def check(self):
         """The node table of `attngraph check` (a str; `.rows` has one dict per value)."""
@@ -160,8 +162,9 @@ class Trace:
     """The values one run kept. `t[name]` is a read-only numpy array sharing the run's
     buffer (the array keeps it alive); `t.outputs` maps output names to arrays."""
 
-    def __init__(self, core):
+    def __init__(self, core, onnx_names=(), notes=()):
         self._r = core
+        self._onnx_names, self._notes = dict(onnx_names), list(notes)
 
     def __getitem__(self, name):
         return self._r.get(name)
@@ -184,7 +187,8 @@ class Trace:
     def outputs(self):
         return {name: self._r.get(name) for name in self._r.graph.outputs}
 
-    graph = property(lambda self: Graph(self._r.graph))
+    #: the graph that ran (with the inputs given to it), with the ONNX names of the model it came from
+    graph = property(lambda self: Graph(self._r.graph, self._onnx_names, self._notes))
     tokens = property(lambda self: list(self._r.tokens))
     patched = property(lambda self: list(self._r.patched))
 
@@ -215,8 +219,9 @@ class Trace:
 class Gradients:
     """dL/dv by name (`g[name]`), and the forward trace of the run they came from."""
 
-    def __init__(self, core):
+    def __init__(self, core, onnx_names=(), notes=()):
         self._g = core
+        self._onnx_names, self._notes = dict(onnx_names), list(notes)
 
     def __getitem__(self, name):
         return self._g.get(name)
@@ -225,7 +230,7 @@ class Gradients:
         return name in self._g.names
 
     names = property(lambda self: list(self._g.names))
-    forward = property(lambda self: Trace(self._g.forward))
+    forward = property(lambda self: Trace(self._g.forward, self._onnx_names, self._notes))
 
     def save(self, dir, force=False):
         """Writes the forward trace and every gradient (grad/<name>.npy), as `attngraph grad --trace`."""
@@ -501,8 +506,13 @@ def permute(x, perm, name=None):
 from .sweep import sweep  # noqa: E402
 
 
+def _from_text(text, onnx_names=(), notes=()):
+    """A graph from its graph-file text and, for an imported model, its ONNX names and notes."""
+    return Graph(_core.parse(text, "."), onnx_names, notes)
+
+
 def _graph_reduce(self):
-    return (parse, (self.to_json(),))
+    return (_from_text, (self.to_json(), self.onnx_names, self.notes))
 
 
 Graph.__reduce__ = _graph_reduce  # graphs pickle as their graph-file text (Dask ships them so)
