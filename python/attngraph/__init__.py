@@ -85,13 +85,21 @@ class Graph:
         self.onnx_names = dict(onnx_names)
         #: the importer's remarks ("float16 model runs in f32")
         self.notes = list(notes)
+        self._name_set = None
+
+    def _our(self, name):
+        """`name`, or the attngraph name of an imported model's ONNX name."""
+        if not self.onnx_names or not isinstance(name, str):
+            return name
+        if self._name_set is None:
+            self._name_set = set(self._g.names)
+        return name if name in self._name_set else self.onnx_names.get(name, name)
 
     def _ours(self, by_name):
         """{name: x} with ONNX names of an imported model replaced by attngraph names."""
         if not by_name or not self.onnx_names:
             return dict(by_name or {})
-        names = set(self._g.names)
-        return {k if k in names else self.onnx_names.get(k, k): v for k, v in dict(by_name).items()}
+        return {self._our(k): v for k, v in dict(by_name).items()}
 
     name = property(lambda self: self._g.name)
     dtype = property(lambda self: self._g.dtype)
@@ -100,15 +108,15 @@ class Graph:
     names = property(lambda self: list(self._g.names))
 
     def shape(self, name):
-        return self._g.shape(name)
+        return self._g.shape(self._our(name))
 
     def kind(self, name):
         """"input", "param" or "node"."""
-        return self._g.kind(name)
+        return self._g.kind(self._our(name))
 
     def tensor(self, name):
         """The data of an input or param tensor (read-only numpy)."""
-        return self._g.tensor(name)
+        return self._g.tensor(self._our(name))
 
     @_hinted
     def run(self, inputs=None, trace=False, threads=0, patch=None, tokens=None, max_memory=None):
@@ -165,12 +173,16 @@ class Trace:
     def __init__(self, core, onnx_names=(), notes=()):
         self._r = core
         self._onnx_names, self._notes = dict(onnx_names), list(notes)
+        self._graph = None
+
+    def _our(self, name):
+        return self.graph._our(name) if self._onnx_names else name
 
     def __getitem__(self, name):
-        return self._r.get(name)
+        return self._r.get(self._our(name))
 
     def __contains__(self, name):
-        return name in self._r.names
+        return self._our(name) in self._r.names
 
     def __iter__(self):
         return iter(self._r.names)
@@ -187,8 +199,13 @@ class Trace:
     def outputs(self):
         return {name: self._r.get(name) for name in self._r.graph.outputs}
 
-    #: the graph that ran (with the inputs given to it), with the ONNX names of the model it came from
-    graph = property(lambda self: Graph(self._r.graph, self._onnx_names, self._notes))
+    @property
+    def graph(self):
+        """The graph that ran (with the inputs given to it), with the ONNX names of the model it came from."""
+        if self._graph is None:
+            self._graph = Graph(self._r.graph, self._onnx_names, self._notes)
+        return self._graph
+
     tokens = property(lambda self: list(self._r.tokens))
     patched = property(lambda self: list(self._r.patched))
 
@@ -222,12 +239,20 @@ class Gradients:
     def __init__(self, core, onnx_names=(), notes=()):
         self._g = core
         self._onnx_names, self._notes = dict(onnx_names), list(notes)
+        self._graph = None
+
+    def _our(self, name):
+        if not self._onnx_names:
+            return name
+        if self._graph is None:
+            self._graph = Graph(self._g.forward.graph, self._onnx_names, self._notes)
+        return self._graph._our(name)
 
     def __getitem__(self, name):
-        return self._g.get(name)
+        return self._g.get(self._our(name))
 
     def __contains__(self, name):
-        return name in self._g.names
+        return self._our(name) in self._g.names
 
     names = property(lambda self: list(self._g.names))
     forward = property(lambda self: Trace(self._g.forward, self._onnx_names, self._notes))

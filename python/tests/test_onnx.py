@@ -189,3 +189,32 @@ def test_onnx_names_survive_pickling_sweeps_and_traces(slash_model):
             Client(cluster) as client:
         remote = attngraph.sweep(g, data, lambda tr: {"y": tr["Y"]}, client=client, chunk=2, trace=False)
     assert remote["y"].tobytes() == res["y"].tobytes()
+
+
+def test_traces_gradients_and_lookups_take_onnx_names(slash_model):
+    path, xs, y_ref = slash_model
+    x = xs[0]
+    g = attngraph.load(path, input_shapes={"/in/x": (5, 4)})
+    assert g.shape("/in/x") == (5, 4) and g.kind("/in/x") == "input"
+    assert g.kind("/attn/Softmax_output_0") == "node" and g.shape("/attn/Softmax_output_0") == (5, 5)
+    t = g.run({"/in/x": x}, trace=True)
+    assert "/attn/Softmax_output_0" in t and "/in/x" in t and "/nope" not in t
+    np.testing.assert_array_equal(t["/in/x"], x)
+    np.testing.assert_array_equal(t.graph.tensor("/in/x"), x)
+    x64 = x.astype(np.float64)
+    wq, wk = (g.tensor(n).astype(np.float64) for n in ("attn.q.weight", "attn.k.weight"))
+    np.testing.assert_allclose(t["/attn/Softmax_output_0"], softmax_rows((x64 @ wq) @ (x64 @ wk).T), rtol=1e-5,
+                               atol=1e-6)
+    # dL/dx of L = sum(Y), against central differences of numpy's Y in f64
+    gr = g.grad({"/in/x": x}, wrt=["/in/x"])
+    assert "/in/x" in gr and "in.x" in gr and "/attn/Softmax_output_0" not in gr
+    num = np.zeros((5, 4))
+    for i in np.ndindex(5, 4):
+        d = np.zeros((5, 4))
+        d[i] = 1e-6
+        num[i] = (y_ref(x64 + d).sum() - y_ref(x64 - d).sum()) / 2e-6
+    np.testing.assert_allclose(gr["/in/x"], num, rtol=1e-4, atol=1e-4)
+    np.testing.assert_array_equal(gr["/in/x"], gr["in.x"])
+    np.testing.assert_array_equal(gr.forward["/attn/Softmax_output_0"], t["/attn/Softmax_output_0"])
+    with pytest.raises(KeyError, match="no gradient of 'attn.Softmax_output_0'"):
+        gr["/attn/Softmax_output_0"]
