@@ -53,6 +53,44 @@ def _hinted(fn):
     return call
 
 
+def _non_finite(x):
+    """The first NaN or infinite float in `x` (a setting: number, list, numpy array), or None."""
+    if isinstance(x, dict):
+        x = list(x.values())
+    if isinstance(x, (list, tuple, _np.ndarray)):
+        for item in (x.tolist() if isinstance(x, _np.ndarray) else x):
+            bad = _non_finite(item)
+            if bad is not None:
+                return bad
+        return None
+    if isinstance(x, (float, _np.floating)) and not _np.isfinite(x):
+        return float(x)
+    return None
+
+
+def _jsonable(x):
+    """`x` with numpy scalars and arrays as Python numbers and lists, and NaN and infinities
+    as the graph format writes them ("NaN", "Infinity", "-Infinity"): JSON has no such numbers."""
+    if isinstance(x, dict):
+        return {k: _jsonable(v) for k, v in x.items()}
+    if isinstance(x, _np.ndarray):
+        return _jsonable(x.tolist())
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, (bool, _np.bool_)):
+        return bool(x)
+    if isinstance(x, _numbers.Integral):
+        return int(x)
+    if isinstance(x, (float, _np.floating)):
+        x = float(x)
+        return x if _np.isfinite(x) else "NaN" if x != x else "Infinity" if x > 0 else "-Infinity"
+    return x
+
+
+def _dumps(x):
+    return _json.dumps(_jsonable(x), allow_nan=False)
+
+
 def _max_memory(v):
     """max_memory= checked: None (the default limit) or a positive number of bytes."""
     if v is None:
@@ -285,7 +323,7 @@ def load(path, dtype=None, allow_outside_paths=False, input_shapes=None):
 def parse(text, base_dir="."):
     """A graph from graph-file JSON text (or a dict)."""
     if not isinstance(text, str):
-        text = _json.dumps(text)
+        text = _dumps(text)
     return Graph(_core.parse(text, _os.fspath(base_dir)))
 
 
@@ -357,7 +395,12 @@ class Builder:
                 self._counter += 1
                 name = "%s_%d" % (op, self._counter)
         self._check_new(name)
-        attrs_text = _json.dumps(attrs or {})
+        attrs = dict(attrs or {})
+        for key, value in attrs.items():  # JSON carries no NaN or infinity, so no op can take one
+            bad = _non_finite(value)
+            if bad is not None:
+                raise GraphError("node '%s' (%s): attribute '%s' must be finite, got %s" % (name, op, key, bad))
+        attrs_text = _dumps(attrs)
         names = [v.name for v in inputs]
         shapes = _core.infer(op, attrs_text, [list(self._shapes[n]) for n in names], name, names)
         self._nodes.append([name, op, names, attrs_text])
@@ -444,7 +487,7 @@ class Value:
         return transpose(self, perm)
 
     def reshape(self, *shape):
-        if len(shape) == 1 and isinstance(shape[0], (list, tuple)):
+        if len(shape) == 1 and _np.ndim(shape[0]) == 1:  # a list, tuple or array of sizes
             shape = shape[0]
         return reshape(self, list(shape))
 
@@ -512,7 +555,7 @@ def slice(x, axis, start, end, name=None):
 
 def split(x, parts_or_sizes, axis=-1, name=None):
     attrs = {"axis": axis}
-    if isinstance(parts_or_sizes, int):
+    if isinstance(parts_or_sizes, _numbers.Integral) or _np.ndim(parts_or_sizes) == 0:
         attrs["parts"] = parts_or_sizes
     else:
         attrs["sizes"] = list(parts_or_sizes)

@@ -321,3 +321,64 @@ def test_runs_refuse_values_over_the_memory_limit(seed_path, seed_values):
         g.run(max_memory=0)
     with pytest.raises(TypeError, match="max_memory must be a number of bytes"):
         g.run(max_memory="1G")
+
+
+def test_builder_settings_take_numpy_integers():
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(2, 3, 4))
+    b = attngraph.Builder("np", dtype="f64")
+    X = b.input("X", x)
+    i64 = np.int64
+    outs = {
+        "soft": attngraph.softmax(X, axis=i64(1)),
+        "resh": X.reshape(np.array([6, 4])),
+        "resh1": X.reshape(i64(24)),
+        "perm": X.transpose(np.array([1, 0, 2])),
+        "pad": attngraph.mask_padding(X, np.array([1, 2])),
+        "win": attngraph.mask_window(X, i64(2), causal=np.bool_(True)),
+        "cut": attngraph.slice(X, np.int32(2), i64(1), np.uint8(3)),
+        "half": attngraph.split(X, i64(2))[1],
+        "sizes": attngraph.split(X, np.array([1, 3]))[1],
+        "half2": X * np.float32(0.5),
+    }
+    b.output(*outs.values())
+    t = b.build().run()
+    r = {name: t[v.name] for name, v in outs.items()}
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(r["soft"], e / e.sum(axis=1, keepdims=True), rtol=1e-12)
+    np.testing.assert_array_equal(r["resh"], x.reshape(6, 4))
+    np.testing.assert_array_equal(r["resh1"], x.reshape(24))
+    np.testing.assert_array_equal(r["perm"], x.transpose(1, 0, 2))
+    j = np.arange(4)
+    np.testing.assert_array_equal(r["pad"], np.where(j[None, None, :] < np.array([1, 2])[:, None, None], x, -np.inf))
+    i = np.arange(3)[:, None]
+    np.testing.assert_array_equal(r["win"], np.where((i - j >= 0) & (i - j < 2), x, -np.inf))  # 0 <= i - j < w
+    np.testing.assert_array_equal(r["cut"], x[:, :, 1:3])
+    np.testing.assert_array_equal(r["half"], x[:, :, 2:])
+    np.testing.assert_array_equal(r["sizes"], x[:, :, 1:])
+    np.testing.assert_array_equal(r["half2"], x * 0.5)
+
+
+def test_non_finite_settings_are_typed_errors():
+    b = attngraph.Builder("nan")
+    x = b.input("X", np.ones((3, 3), np.float32))
+    with pytest.raises(attngraph.GraphError, match=r"^node 'Scale_1' \(Scale\): attribute 'factor' must be finite, "
+                                                   r"got nan$"):
+        attngraph.scale(x, float("nan"))
+    with pytest.raises(attngraph.GraphError, match=r"^node 'Scale_2' \(Scale\): attribute 'factor' must be finite, "
+                                                   r"got inf$"):
+        x * float("inf")
+    with pytest.raises(attngraph.GraphError, match=r"^node 'w' \(Mask\): attribute 'window' must be finite, got nan$"):
+        attngraph.mask_window(x, float("nan"), name="w")
+    with pytest.raises(attngraph.GraphError, match=r"attribute 'factor' must be finite, got -inf"):
+        b.node("Scale", [x], {"factor": np.float32("-inf")})
+    b.output((x * 2.0).named("Y"))
+    np.testing.assert_array_equal(b.build().run()["Y"], np.full((3, 3), 2.0))  # the failed nodes left nothing
+    # a dict for parse(): NaN and infinities as the graph format writes them ("NaN", "Infinity")
+    doc = {"tensors": {"X": {"kind": "input", "data": [[float("nan"), float("inf"), -np.inf, 1.5]]}},
+           "nodes": [{"name": "Y", "op": "Scale", "inputs": ["X"], "attrs": {"factor": np.float64(2)}}]}
+    y = attngraph.parse(doc).run()["Y"]
+    assert np.isnan(y[0, 0]) and y[0, 1] == np.inf and y[0, 2] == -np.inf and y[0, 3] == 3.0
+    doc["nodes"][0]["attrs"]["factor"] = float("nan")
+    with pytest.raises(attngraph.GraphError, match=r"node 'Y' \(Scale\): attribute 'factor' has the wrong type"):
+        attngraph.parse(doc)
