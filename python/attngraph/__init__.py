@@ -366,7 +366,7 @@ class Builder:
         self._shapes, self._counter = {}, 0
 
     def _tensor(self, name, kind, data):
-        data = _np.asarray(data)
+        data = _np.array(data)  # a copy: the caller's array may change before build()
         self._check_new(name)
         self._tensors.append((name, kind, data))
         self._shapes[name] = tuple(data.shape)

@@ -382,3 +382,15 @@ def test_non_finite_settings_are_typed_errors():
     doc["nodes"][0]["attrs"]["factor"] = float("nan")
     with pytest.raises(attngraph.GraphError, match=r"node 'Y' \(Scale\): attribute 'factor' has the wrong type"):
         attngraph.parse(doc)
+
+
+def test_builder_copies_tensor_data_at_the_call():
+    x, w = np.eye(2, 3, dtype=np.float32), np.ones((3, 2), np.float32)
+    b = attngraph.Builder("copy")
+    X, W = b.input("X", x), b.param("W", w)
+    b.output((X @ W).named("Y"))
+    x[:] = 7  # after input()/param(), before build(): the graph keeps what was given
+    w[:] = 5
+    g = b.build()
+    np.testing.assert_array_equal(g.tensor("X"), np.eye(2, 3))
+    np.testing.assert_array_equal(g.run()["Y"], np.ones((2, 2)))
