@@ -8,6 +8,7 @@ order. Every addition happens in the same order in-process and on any cluster, s
 result is the same bit for bit.
 """
 import hashlib
+import numbers
 import os
 import sys
 import time
@@ -119,6 +120,8 @@ def sweep(graph, inputs_iter, reduce, client=None, chunk=8, trace=True, threads=
     input order). `trace` chooses the kept values (True, or globs such as ["*.A"]);
     `threads` is each run's thread count. `progress` (None: when stderr is a terminal)
     shows inputs done and elapsed time on stderr."""
+    if isinstance(chunk, bool) or not isinstance(chunk, numbers.Integral) or chunk < 1:
+        raise ValueError("sweep: chunk must be a positive number of inputs, got %r" % (chunk,))
     text = graph.to_json()
     onnx_names = sorted(graph.onnx_names.items())  # an imported model's inputs go by their ONNX names
     digest = hashlib.sha256((text + repr(onnx_names)).encode()).hexdigest()
