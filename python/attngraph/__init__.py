@@ -9,6 +9,7 @@ numpy, patch activations, take gradients, write traces and reports, sweep over d
 """
 import html as _html
 import json as _json
+from collections.abc import Mapping as _Mapping
 import numbers as _numbers
 import os as _os
 import re as _re
@@ -91,6 +92,50 @@ def _dumps(x):
     return _json.dumps(_jsonable(x), allow_nan=False)
 
 
+def _str_list(v, what):
+    """`v` (a str or an iterable of str) as a list of str, or a TypeError naming `what`."""
+    if isinstance(v, str):
+        return [v]
+    try:
+        items = list(v)
+    except TypeError:
+        raise TypeError("%s must be a list of str, got %s" % (what, type(v).__name__)) from None
+    for item in items:
+        if not isinstance(item, str):
+            raise TypeError("%s must be a list of str, got %s %r in it" % (what, type(item).__name__, item))
+    return items
+
+
+def _trace_arg(trace):
+    """run()'s trace= as the core takes it: a bool or a list of globs."""
+    if trace is None or isinstance(trace, (bool, _np.bool_)):
+        return bool(trace)
+    if isinstance(trace, (_numbers.Number, dict)):
+        raise TypeError("trace must be True, False or a list of name globs, got %s %r" % (type(trace).__name__,
+                                                                                         trace))
+    return _str_list(trace, "trace (True, False or name globs)")
+
+
+def _by_name(d, what):
+    """{name: x} checked: a mapping whose keys are str, or a TypeError naming `what`."""
+    if d is None:
+        return {}
+    if not isinstance(d, _Mapping):
+        raise TypeError("%s must be a dict {name: ...}, got %s" % (what, type(d).__name__))
+    for k in d:
+        if not isinstance(k, str):
+            raise TypeError("%s: names must be str, got %s %r" % (what, type(k).__name__, k))
+    return d
+
+
+def _threads(v):
+    if isinstance(v, bool) or not isinstance(v, _numbers.Integral):
+        raise TypeError("threads must be an int (0: every core), got %s" % type(v).__name__)
+    if v < 0:
+        raise ValueError("threads must be 0 (every core) or more, got %d" % v)
+    return int(v)
+
+
 def _max_memory(v):
     """max_memory= checked: None (the default limit) or a positive number of bytes."""
     if v is None:
@@ -164,8 +209,10 @@ class Graph:
         the sequence axes. A value over `max_memory` bytes (default: default_max_memory()),
         or with trace=True all values together, is a ShapeError before anything is
         allocated. Returns a Trace. The GIL is released while the graph runs."""
-        return Trace(_core.run(self._g, self._ours(inputs), trace, threads, self._ours(patch),
-                               None if tokens is None else list(tokens), max_memory=_max_memory(max_memory)),
+        return Trace(_core.run(self._g, self._ours(_by_name(inputs, "inputs")), _trace_arg(trace), _threads(threads),
+                               self._ours(_by_name(patch, "patch")),
+                               None if tokens is None else _str_list(tokens, "tokens"),
+                               max_memory=_max_memory(max_memory)),
                      self.onnx_names, self.notes)
 
     @_hinted
@@ -173,11 +220,11 @@ class Graph:
         """Gradients of L = sum over outputs of sum(G * output) (G all ones unless given in
         `output_grads`) with respect to the `wrt` names (empty: every value). A patched
         value is a constant: no gradient flows through it. `max_memory` as for run()."""
-        if isinstance(wrt, str):
-            wrt = [wrt]
-        wrt = list(self._ours({w: None for w in wrt}))
-        return Gradients(_core.grad(self._g, self._ours(inputs), wrt, self._ours(output_grads),
-                                    self._ours(patch), threads, None if tokens is None else list(tokens),
+        wrt = [self._our(w) for w in _str_list(wrt, "wrt")]
+        return Gradients(_core.grad(self._g, self._ours(_by_name(inputs, "inputs")), wrt,
+                                    self._ours(_by_name(output_grads, "output_grads")),
+                                    self._ours(_by_name(patch, "patch")), _threads(threads),
+                                    None if tokens is None else _str_list(tokens, "tokens"),
                                     max_memory=_max_memory(max_memory)),
                          self.onnx_names, self.notes)
 
@@ -308,7 +355,19 @@ def load(path, dtype=None, allow_outside_paths=False, input_shapes=None):
     and patches accept either."""
     path = _os.fspath(path)
     if path.lower().endswith(".onnx"):
-        shapes = {k: [int(d) for d in getattr(v, "shape", v)] for k, v in dict(input_shapes or {}).items()}
+        shapes = {}
+        for k, v in _by_name(input_shapes, "input_shapes").items():
+            dims = getattr(v, "shape", v)
+            if isinstance(dims, _numbers.Integral):
+                dims = (dims,)
+            try:
+                dims = list(dims)
+            except TypeError:
+                raise TypeError("input_shapes['%s']: expected a shape or an array, got %s" %
+                                (k, type(v).__name__)) from None
+            if not all(isinstance(d, _numbers.Integral) and not isinstance(d, bool) and d >= 0 for d in dims):
+                raise ValueError("input_shapes['%s']: %r is not a shape (sizes are integers >= 0)" % (k, tuple(dims)))
+            shapes[k] = [int(d) for d in dims]
         try:
             core, names, notes = _core.load_onnx(path, dtype, shapes, allow_outside_paths)
         except ShapeError as e:  # the CLI's hint names its --input files

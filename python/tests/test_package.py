@@ -394,3 +394,37 @@ def test_builder_copies_tensor_data_at_the_call():
     g = b.build()
     np.testing.assert_array_equal(g.tensor("X"), np.eye(2, 3))
     np.testing.assert_array_equal(g.run()["Y"], np.ones((2, 2)))
+
+
+def test_bad_argument_types_name_the_argument(seed_path, seed_values, tmp_path):
+    g = attngraph.load(seed_path)
+    x = seed_x()
+    for kwargs, error, what in [
+        (dict(trace=1), TypeError, "trace must be True, False or a list of name globs, got int 1"),
+        (dict(trace=[1]), TypeError, "trace .* must be a list of str, got int 1 in it"),
+        (dict(inputs={1: x}), TypeError, "inputs: names must be str, got int 1"),
+        (dict(inputs=[x]), TypeError, "inputs must be a dict"),
+        (dict(patch={3: x}), TypeError, "patch: names must be str, got int 3"),
+        (dict(tokens=[1, 2, 3]), TypeError, "tokens must be a list of str"),
+        (dict(threads="2"), TypeError, "threads must be an int"),
+        (dict(threads=-1), ValueError, "threads must be 0"),
+    ]:
+        with pytest.raises(error, match=what):
+            g.run(**kwargs)
+    with pytest.raises(TypeError, match="wrt must be a list of str, got int 1"):
+        g.grad(wrt=[1])
+    with pytest.raises(TypeError, match="output_grads: names must be str"):
+        g.grad(output_grads={0: np.ones((3, 4))})
+    # numpy's bools are bools
+    r = g.run(trace=np.bool_(True))
+    assert set(r.names) == set(seed_values)
+    np.testing.assert_allclose(r["head1.A"], np.array(seed_values["head1.A"]), atol=1e-5)
+    assert g.run(trace=np.bool_(False)).names == ["Y"]
+    # an ONNX model's input_shapes: sizes are integers >= 0
+    onnx = seed_path.parents[1] / "tests" / "data" / "onnx" / "test_gemm_all_attributes" / "model.onnx"
+    with pytest.raises(ValueError, match=r"input_shapes\['X'\]: \(-1, 4\) is not a shape"):
+        attngraph.load(onnx, input_shapes={"X": (-1, 4)})
+    with pytest.raises(ValueError, match=r"input_shapes\['X'\]: \(2.5, 4\) is not a shape"):
+        attngraph.load(onnx, input_shapes={"X": (2.5, 4)})
+    with pytest.raises(TypeError, match="input_shapes: names must be str"):
+        attngraph.load(onnx, input_shapes={0: (1, 4)})
