@@ -30,6 +30,9 @@ __all__ = [
 # the CLI's hints in the library's messages, as a Python caller gives the same thing
 _HINTS = [
     (r"trace fewer with --only$", "keep fewer with trace=[name globs]"),
+    (r"\(replace it with --input (\S+)=FILE\.npy\)", r"(replace it with inputs={'\1': array})"),
+    (r"\(use --force to replace it\)", "(use force=True to replace it)"),
+    (r"\(use --allow-outside-paths\)", "(use allow_outside_paths=True)"),
 ]
 
 
@@ -298,6 +301,7 @@ class Trace:
         """Forward wall time of each node, by node name."""
         return self._r.seconds()
 
+    @_hinted
     def save(self, dir, format="npy", force=False):
         """Writes the trace as `attngraph run --trace DIR` does (diff and report read it)."""
         self._r.save(_os.fspath(dir), format, force)
@@ -342,11 +346,13 @@ class Gradients:
     names = property(lambda self: list(self._g.names))
     forward = property(lambda self: Trace(self._g.forward, self._onnx_names, self._notes))
 
+    @_hinted
     def save(self, dir, force=False):
         """Writes the forward trace and every gradient (grad/<name>.npy), as `attngraph grad --trace`."""
         self._g.save(_os.fspath(dir), force)
 
 
+@_hinted
 def load(path, dtype=None, allow_outside_paths=False, input_shapes=None):
     """Reads a graph file (JSON), or an ONNX model (`.onnx`, imported in memory as the CLI's
     commands import it; docs/onnx.md). `input_shapes` ({ONNX input name: shape or array})

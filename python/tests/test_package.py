@@ -428,3 +428,24 @@ def test_bad_argument_types_name_the_argument(seed_path, seed_values, tmp_path):
         attngraph.load(onnx, input_shapes={"X": (2.5, 4)})
     with pytest.raises(TypeError, match="input_shapes: names must be str"):
         attngraph.load(onnx, input_shapes={0: (1, 4)})
+
+
+def test_errors_give_hints_in_python_spelling(seed_path, tmp_path):
+    g = attngraph.load(seed_path)
+    g.run(trace=True).save(tmp_path / "t")
+    with pytest.raises(attngraph.IoError) as e:
+        g.run(trace=True).save(tmp_path / "t")
+    assert str(e.value) == "%s: directory exists and is not empty (use force=True to replace it)" % (tmp_path / "t")
+    with pytest.raises(attngraph.IoError, match=r"not empty \(use force=True to replace it\)$"):
+        g.grad(wrt=["head1.Wq"]).save(tmp_path / "t")
+    g.grad(wrt=["head1.Wq"]).save(tmp_path / "t", force=True)
+    # an "npy" path leaving the graph file's folder
+    (tmp_path / "sub").mkdir()
+    np.save(tmp_path / "w.npy", np.arange(6, dtype=np.float32).reshape(2, 3))
+    (tmp_path / "sub" / "g.json").write_text(json.dumps({
+        "tensors": {"W": {"kind": "input", "npy": "../w.npy"}},
+        "nodes": [{"name": "Y", "op": "Scale", "inputs": ["W"], "attrs": {"factor": 2}}]}))
+    with pytest.raises(attngraph.GraphError, match=r"leaves the graph file's folder \(use allow_outside_paths=True\)$"):
+        attngraph.load(tmp_path / "sub" / "g.json")
+    y = attngraph.load(tmp_path / "sub" / "g.json", allow_outside_paths=True).run()["Y"]
+    np.testing.assert_array_equal(y, 2 * np.arange(6).reshape(2, 3))
