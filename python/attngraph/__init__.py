@@ -7,12 +7,13 @@ numpy, patch activations, take gradients, write traces and reports, sweep over d
     r["head1.A"]                       # numpy, shares the run's buffer
     r2 = g.run(patch={"head2.O": lambda t: t * 0})
 """
+import functools as _functools
 import html as _html
 import json as _json
-from collections.abc import Mapping as _Mapping
 import numbers as _numbers
 import os as _os
 import re as _re
+from collections.abc import Mapping as _Mapping
 
 import numpy as _np
 
@@ -45,6 +46,8 @@ def _python_hints(e):
 
 
 def _hinted(fn):
+    """`fn` raising its attngraph errors with _python_hints."""
+    @_functools.wraps(fn)
     def call(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
@@ -53,7 +56,6 @@ def _hinted(fn):
             if better is e:
                 raise
             raise better from None
-    call.__name__, call.__qualname__, call.__doc__ = fn.__name__, fn.__qualname__, fn.__doc__
     return call
 
 
@@ -223,7 +225,7 @@ class Graph:
         """Gradients of L = sum over outputs of sum(G * output) (G all ones unless given in
         `output_grads`) with respect to the `wrt` names (empty: every value). A patched
         value is a constant: no gradient flows through it. `max_memory` as for run()."""
-        wrt = [self._our(w) for w in _str_list(wrt, "wrt")]
+        wrt = [self._our(w) for w in _str_list(() if wrt is None else wrt, "wrt")]
         return Gradients(_core.grad(self._g, self._ours(_by_name(inputs, "inputs")), wrt,
                                     self._ours(_by_name(output_grads, "output_grads")),
                                     self._ours(_by_name(patch, "patch")), _threads(threads),

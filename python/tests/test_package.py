@@ -449,3 +449,10 @@ def test_errors_give_hints_in_python_spelling(seed_path, tmp_path):
         attngraph.load(tmp_path / "sub" / "g.json")
     y = attngraph.load(tmp_path / "sub" / "g.json", allow_outside_paths=True).run()["Y"]
     np.testing.assert_array_equal(y, 2 * np.arange(6).reshape(2, 3))
+
+
+def test_wrt_none_is_every_value(seed_path):
+    g = attngraph.load(seed_path)
+    gr = g.grad(wrt=None)
+    assert sorted(gr.names) == sorted(g.names) and len(gr.names) == 33
+    np.testing.assert_array_equal(gr["head1.Wq"], g.grad(wrt=["head1.Wq"])["head1.Wq"])
