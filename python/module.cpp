@@ -412,12 +412,14 @@ GraphPtr new_variant(const std::string& variant, std::size_t seq, std::size_t d_
 /// An ONNX model imported in memory, as the CLI's commands read a GRAPH.onnx: the graph,
 /// its (ONNX name, attngraph name) pairs and the importer's notes.
 py::tuple load_onnx(const fs::path& path, std::optional<std::string> dtype, const py::dict& input_shapes,
-                    bool allow_outside_paths) {
+                    bool allow_outside_paths, std::optional<std::size_t> max_memory) {
     LoadOptions options;
     if (dtype) options.dtype = parse_dtype(*dtype);
     options.allow_outside_paths = allow_outside_paths;
+    options.max_bytes = max_memory.value_or(default_max_memory());
     ImportOptions io;
     io.dtype = options.dtype.value_or(DType::f32);
+    io.max_bytes = options.max_bytes;
     for (auto [k, v] : input_shapes) io.input_shapes[py::cast<std::string>(k)] = py::cast<Shape>(v);
     ImportedModel model;
     {
@@ -514,15 +516,19 @@ PYBIND11_MODULE(_core, m) {
 
     m.def(
         "load",
-        [](const fs::path& path, std::optional<std::string> dtype, bool allow_outside_paths) {
+        [](const fs::path& path, std::optional<std::string> dtype, bool allow_outside_paths,
+           std::optional<std::size_t> max_memory) {
             LoadOptions o;
             if (dtype) o.dtype = parse_dtype(*dtype);
             o.allow_outside_paths = allow_outside_paths;
+            o.max_bytes = max_memory.value_or(default_max_memory());  // as the CLI's --max-memory
             return std::make_shared<Graph>(load_graph(path, o));
         },
-        py::arg("path"), py::arg("dtype") = std::nullopt, py::arg("allow_outside_paths") = false);
+        py::arg("path"), py::arg("dtype") = std::nullopt, py::arg("allow_outside_paths") = false,
+        py::arg("max_memory") = std::nullopt);
     m.def("load_onnx", &load_onnx, py::arg("path"), py::arg("dtype") = std::nullopt,
-          py::arg("input_shapes") = py::dict(), py::arg("allow_outside_paths") = false);
+          py::arg("input_shapes") = py::dict(), py::arg("allow_outside_paths") = false,
+          py::arg("max_memory") = std::nullopt);
     m.def(
         "parse",
         [](const std::string& text, const fs::path& base_dir) {

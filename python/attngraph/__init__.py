@@ -34,6 +34,7 @@ _HINTS = [
     (r"\(replace it with --input (\S+)=FILE\.npy\)", r"(replace it with inputs={'\1': array})"),
     (r"\(use --force to replace it\)", "(use force=True to replace it)"),
     (r"\(use --allow-outside-paths\)", "(use allow_outside_paths=True)"),
+    (r"\(--max-memory\)", "(max_memory=)"),
 ]
 
 
@@ -355,12 +356,13 @@ class Gradients:
 
 
 @_hinted
-def load(path, dtype=None, allow_outside_paths=False, input_shapes=None):
+def load(path, dtype=None, allow_outside_paths=False, input_shapes=None, max_memory=None):
     """Reads a graph file (JSON), or an ONNX model (`.onnx`, imported in memory as the CLI's
     commands import it; docs/onnx.md). `input_shapes` ({ONNX input name: shape or array})
     fixes the shapes of a model's graph inputs, as the CLI takes them from its --input files.
     An imported graph's `onnx_names` maps ONNX names to attngraph names, and run(), grad()
-    and patches accept either."""
+    and patches accept either. A tensor over `max_memory` bytes (default:
+    default_max_memory()) is a ShapeError, as for run()."""
     path = _os.fspath(path)
     if path.lower().endswith(".onnx"):
         shapes = {}
@@ -377,14 +379,14 @@ def load(path, dtype=None, allow_outside_paths=False, input_shapes=None):
                 raise ValueError("input_shapes['%s']: %r is not a shape (sizes are integers >= 0)" % (k, tuple(dims)))
             shapes[k] = [int(d) for d in dims]
         try:
-            core, names, notes = _core.load_onnx(path, dtype, shapes, allow_outside_paths)
+            core, names, notes = _core.load_onnx(path, dtype, shapes, allow_outside_paths, _max_memory(max_memory))
         except ShapeError as e:  # the CLI's hint names its --input files
             hint = _re.sub(r"give it with --input (\S+)=FILE\.npy", r"give it with input_shapes={'\1': shape}", str(e))
             raise ShapeError(hint) from None
         return Graph(core, names, notes)
     if input_shapes:
         raise GraphError("%s: input_shapes applies to ONNX models; give a graph file's inputs to run()" % path)
-    return Graph(_core.load(path, dtype, allow_outside_paths))
+    return Graph(_core.load(path, dtype, allow_outside_paths, _max_memory(max_memory)))
 
 
 def parse(text, base_dir="."):

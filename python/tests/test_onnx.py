@@ -218,3 +218,20 @@ def test_traces_gradients_and_lookups_take_onnx_names(slash_model):
     np.testing.assert_array_equal(gr.forward["/attn/Softmax_output_0"], t["/attn/Softmax_output_0"])
     with pytest.raises(KeyError, match="no gradient of 'attn.Softmax_output_0'"):
         gr["/attn/Softmax_output_0"]
+
+
+def test_load_holds_tensors_to_max_memory(slash_model, seed_path, seed_values):
+    path, _, _ = slash_model
+    with pytest.raises(attngraph.ShapeError, match=r"node 'attn.MatMul_output_0' \(MatMul\) output "
+                                                   r"'attn.MatMul_output_0' of shape \(3000x3000\) f32 needs 36000000 "
+                                                   r"bytes, over the memory limit of 10000000 bytes$"):
+        attngraph.load(path, input_shapes={"/in/x": (3000, 4)}, max_memory=10_000_000)
+    with pytest.raises(attngraph.ShapeError, match=r"graph input '/in/x' of shape \(3000x4\) has 12000 elements, "
+                                                   r"over the limit of 10000 \(max_memory=\)$"):
+        attngraph.load(path, input_shapes={"/in/x": (3000, 4)}, max_memory=40_000)
+    # a graph file: the seed's largest tensor, Wo, is 4x4 f32 (64 bytes)
+    with pytest.raises(attngraph.ShapeError, match=r"tensor 'Wo': shape \(4x4\) has 16 elements, over the limit of 15 "
+                                                   r"\(max_memory=\)$"):
+        attngraph.load(seed_path, max_memory=60)
+    y = attngraph.load(seed_path, max_memory=64).run()["Y"]
+    np.testing.assert_allclose(y, np.array(seed_values["Y"]), atol=1e-5)
