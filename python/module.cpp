@@ -8,6 +8,7 @@
 #include <pybind11/stl.h>
 #include <pybind11/stl/filesystem.h>
 
+#include <sys/sysinfo.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -58,9 +59,18 @@ py::array to_numpy(std::shared_ptr<const Tensor> t) {
     return out;
 }
 
+/// The memory limit when none is given: half of the machine's memory, as the CLI's
+/// --max-memory default (cli/common.cpp).
+std::size_t default_max_memory() {
+    struct sysinfo info {};
+    if (sysinfo(&info) == 0) return static_cast<std::size_t>(info.totalram) * info.mem_unit / 2;
+    return std::size_t(8) << 30;
+}
+
 /// A tensor from any numeric numpy array: f32 and f64 as they are, other dtypes (integers,
 /// booleans, f16) converted to f64 the way --input converts them; then cast to `dtype`.
-Tensor from_numpy(const py::handle& obj, DType dtype, const std::string& what) {
+/// With `max_bytes`, an array over it in `dtype` is refused before anything is copied.
+Tensor from_numpy(const py::handle& obj, DType dtype, const std::string& what, std::size_t max_bytes = 0) {
     py::array any = py::array::ensure(obj);
     if (!any) throw ShapeError(what + ": expected a numpy array, got " + std::string(py::str(obj.get_type())));
     const char kind = any.dtype().kind();
@@ -68,6 +78,13 @@ Tensor from_numpy(const py::handle& obj, DType dtype, const std::string& what) {
         throw GraphError(what + ": numpy dtype " + std::string(py::str(any.dtype())) +
                          " is not a number (expected float32 or float64)");
     Shape shape(any.shape(), any.shape() + any.ndim());
+    const std::size_t word = dtype == DType::f32 ? 4 : 8;
+    const std::size_t count = element_count_capped(shape);
+    const std::size_t bytes = count > SIZE_MAX / word ? SIZE_MAX : count * word;
+    if (max_bytes && bytes > max_bytes)
+        throw ShapeError(what + ": shape (" + shape_str(shape) + ") " + to_string(dtype) + " needs " +
+                         (bytes == SIZE_MAX ? "more than " + std::to_string(SIZE_MAX) : std::to_string(bytes)) +
+                         " bytes, over the memory limit of " + std::to_string(max_bytes) + " bytes");
     if (any.dtype().is(py::dtype::of<float>())) {
         auto a = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(any);
         Array<float> arr = Array<float>::from_shape(shape);
@@ -106,7 +123,7 @@ struct PyResult {
     }
 };
 
-GraphPtr with_inputs(const GraphPtr& graph, const py::dict& inputs) {
+GraphPtr with_inputs(const GraphPtr& graph, const py::dict& inputs, std::size_t max_bytes) {
     if (inputs.empty()) return graph;
     std::map<std::string, Tensor> replacements;
     for (auto [k, v] : inputs) {
@@ -117,7 +134,7 @@ GraphPtr with_inputs(const GraphPtr& graph, const py::dict& inputs) {
         if (graph->value(id).kind == ValueKind::node)
             throw GraphError("input " + name + ": '" + name +
                              "' is a node output, not a tensor (patch it with patch={'" + name + "': ...})");
-        replacements[name] = from_numpy(v, graph->dtype(), "input " + name);
+        replacements[name] = from_numpy(v, graph->dtype(), "input " + name, max_bytes);
     }
     return std::make_shared<Graph>(graph->with_tensors(replacements));
 }
@@ -137,13 +154,13 @@ std::function<Tensor(const Tensor&)> make_hook(const py::function& fn, DType dty
 }
 
 /// Fills options.patches / hooks from {name: array or callable}.
-void set_patches(const Graph& graph, RunOptions& options, const py::dict& patch) {
+void set_patches(const Graph& graph, RunOptions& options, const py::dict& patch, std::size_t max_bytes) {
     for (auto [k, v] : patch) {
         const std::string name = py::cast<std::string>(k);
         if (py::isinstance<py::function>(v))
             add_hook(graph, options, name, make_hook(py::reinterpret_borrow<py::function>(v), graph.dtype(), name));
         else
-            add_patch(graph, options, name, from_numpy(v, graph.dtype(), "patch " + name));
+            add_patch(graph, options, name, from_numpy(v, graph.dtype(), "patch " + name, max_bytes));
     }
 }
 
@@ -158,9 +175,11 @@ RunResult run_released(const Graph& graph, const RunOptions& options) {
 }
 
 PyResult run_graph(const GraphPtr& graph0, const py::dict& inputs, const py::object& trace, int threads,
-                   const py::dict& patch, const std::optional<std::vector<std::string>>& tokens, bool keep_all) {
+                   const py::dict& patch, const std::optional<std::vector<std::string>>& tokens, bool keep_all,
+                   std::optional<std::size_t> max_memory) {
+    const std::size_t max_bytes = max_memory.value_or(default_max_memory());
     PyResult r;
-    r.graph = with_inputs(graph0, inputs);
+    r.graph = with_inputs(graph0, inputs, max_bytes);
     RunOptions options;
     options.threads = threads;
     options.keep_all = keep_all;
@@ -170,10 +189,12 @@ PyResult run_graph(const GraphPtr& graph0, const py::dict& inputs, const py::obj
         options.trace = true;
         options.trace_only = {trace.cast<std::string>()};
     } else if (!trace.is_none()) {
-        options.trace = true;
         options.trace_only = trace.cast<std::vector<std::string>>();
+        options.trace = !options.trace_only.empty();  // no globs keep nothing but the outputs
     }
-    set_patches(*r.graph, options, patch);
+    // as the CLI refuses them (cli/common.cpp, cmd_run.cpp) before anything is allocated
+    check_memory(*r.graph, max_bytes, options.trace && options.trace_only.empty());
+    set_patches(*r.graph, options, patch, max_bytes);
     r.patched = patched_names(*r.graph, options);
     r.result = run_released(*r.graph, options);
     r.only = options.trace_only;
@@ -233,12 +254,14 @@ struct PyGrad {
 
 PyGrad grad_graph(const GraphPtr& graph0, const py::dict& inputs, const std::vector<std::string>& wrt,
                   const py::dict& output_grads, const py::dict& patch, int threads,
-                  const std::optional<std::vector<std::string>>& tokens) {
+                  const std::optional<std::vector<std::string>>& tokens, std::optional<std::size_t> max_memory) {
+    const std::size_t max_bytes = max_memory.value_or(default_max_memory());
     PyGrad out;
-    GraphPtr graph = with_inputs(graph0, inputs);
+    GraphPtr graph = with_inputs(graph0, inputs, max_bytes);
+    check_memory(*graph, max_bytes);  // as `attngraph grad` does
     if (!patch.empty()) {
         // the patched values as the patched run computes them, then frozen as constants
-        PyResult patched = run_graph(graph, {}, py::bool_(false), threads, patch, tokens, true);
+        PyResult patched = run_graph(graph, {}, py::bool_(false), threads, patch, tokens, true, max_bytes);
         std::map<std::string, Tensor> frozen;
         for (const auto& name : patched.patched)
             frozen[name] = *patched.result.values[static_cast<std::size_t>(graph->at(name))];
@@ -248,7 +271,7 @@ PyGrad grad_graph(const GraphPtr& graph0, const py::dict& inputs, const std::vec
     std::map<std::string, Tensor> gs;
     for (auto [k, v] : output_grads) {
         const std::string name = py::cast<std::string>(k);
-        gs[name] = from_numpy(v, graph->dtype(), "output_grads " + name);
+        gs[name] = from_numpy(v, graph->dtype(), "output_grads " + name, max_bytes);
     }
     RunOptions options;
     options.threads = threads;
@@ -389,12 +412,14 @@ GraphPtr new_variant(const std::string& variant, std::size_t seq, std::size_t d_
 /// An ONNX model imported in memory, as the CLI's commands read a GRAPH.onnx: the graph,
 /// its (ONNX name, attngraph name) pairs and the importer's notes.
 py::tuple load_onnx(const fs::path& path, std::optional<std::string> dtype, const py::dict& input_shapes,
-                    bool allow_outside_paths) {
+                    bool allow_outside_paths, std::optional<std::size_t> max_memory) {
     LoadOptions options;
     if (dtype) options.dtype = parse_dtype(*dtype);
     options.allow_outside_paths = allow_outside_paths;
+    options.max_bytes = max_memory.value_or(default_max_memory());
     ImportOptions io;
     io.dtype = options.dtype.value_or(DType::f32);
+    io.max_bytes = options.max_bytes;
     for (auto [k, v] : input_shapes) io.input_shapes[py::cast<std::string>(k)] = py::cast<Shape>(v);
     ImportedModel model;
     {
@@ -491,15 +516,19 @@ PYBIND11_MODULE(_core, m) {
 
     m.def(
         "load",
-        [](const fs::path& path, std::optional<std::string> dtype, bool allow_outside_paths) {
+        [](const fs::path& path, std::optional<std::string> dtype, bool allow_outside_paths,
+           std::optional<std::size_t> max_memory) {
             LoadOptions o;
             if (dtype) o.dtype = parse_dtype(*dtype);
             o.allow_outside_paths = allow_outside_paths;
+            o.max_bytes = max_memory.value_or(default_max_memory());  // as the CLI's --max-memory
             return std::make_shared<Graph>(load_graph(path, o));
         },
-        py::arg("path"), py::arg("dtype") = std::nullopt, py::arg("allow_outside_paths") = false);
+        py::arg("path"), py::arg("dtype") = std::nullopt, py::arg("allow_outside_paths") = false,
+        py::arg("max_memory") = std::nullopt);
     m.def("load_onnx", &load_onnx, py::arg("path"), py::arg("dtype") = std::nullopt,
-          py::arg("input_shapes") = py::dict(), py::arg("allow_outside_paths") = false);
+          py::arg("input_shapes") = py::dict(), py::arg("allow_outside_paths") = false,
+          py::arg("max_memory") = std::nullopt);
     m.def(
         "parse",
         [](const std::string& text, const fs::path& base_dir) {
@@ -507,9 +536,10 @@ PYBIND11_MODULE(_core, m) {
         },
         py::arg("text"), py::arg("base_dir") = fs::path("."));
     m.def("run", &run_graph, py::arg("graph"), py::arg("inputs"), py::arg("trace"), py::arg("threads"),
-          py::arg("patch"), py::arg("tokens"), py::arg("keep_all") = false);
+          py::arg("patch"), py::arg("tokens"), py::arg("keep_all") = false, py::arg("max_memory") = std::nullopt);
     m.def("grad", &grad_graph, py::arg("graph"), py::arg("inputs"), py::arg("wrt"), py::arg("output_grads"),
-          py::arg("patch"), py::arg("threads"), py::arg("tokens"));
+          py::arg("patch"), py::arg("threads"), py::arg("tokens"), py::arg("max_memory") = std::nullopt);
+    m.def("default_max_memory", &default_max_memory);
     m.def("infer", &infer);
     m.def("build", &build);
     m.def("new_variant", &new_variant);

@@ -7,10 +7,13 @@ numpy, patch activations, take gradients, write traces and reports, sweep over d
     r["head1.A"]                       # numpy, shares the run's buffer
     r2 = g.run(patch={"head2.O": lambda t: t * 0})
 """
+import functools as _functools
 import html as _html
 import json as _json
+import numbers as _numbers
 import os as _os
 import re as _re
+from collections.abc import Mapping as _Mapping
 
 import numpy as _np
 
@@ -21,7 +24,139 @@ __all__ = [
     "Error", "GraphError", "ShapeError", "IoError", "Graph", "Trace", "Gradients", "NodeTable", "Builder",
     "Value", "load", "parse", "new", "variants", "linear", "matmul", "transpose", "scale", "softmax", "concat",
     "add", "mask_causal", "mask_window", "mask_padding", "mask", "slice", "split", "reshape", "permute", "sweep",
+    "default_max_memory",
 ]
+
+
+# the CLI's hints in the library's messages, as a Python caller gives the same thing
+_HINTS = [
+    (r"trace fewer with --only$", "keep fewer with trace=[name globs]"),
+    (r"\(replace it with --input (\S+)=FILE\.npy\)", r"(replace it with inputs={'\1': array})"),
+    (r"\(use --force to replace it\)", "(use force=True to replace it)"),
+    (r"\(use --allow-outside-paths\)", "(use allow_outside_paths=True)"),
+    (r"\(--max-memory\)", "(max_memory=)"),
+]
+
+
+def _python_hints(e):
+    """`e` (an attngraph.Error) with its CLI hints in Python's spelling, or `e` itself."""
+    text = str(e)
+    for pattern, repl in _HINTS:
+        text = _re.sub(pattern, repl, text)
+    return e if text == str(e) else type(e)(text)
+
+
+def _hinted(fn):
+    """`fn` raising its attngraph errors with _python_hints."""
+    @_functools.wraps(fn)
+    def call(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except Error as e:
+            better = _python_hints(e)
+            if better is e:
+                raise
+            raise better from None
+    return call
+
+
+def _non_finite(x):
+    """The first NaN or infinite float in `x` (a setting: number, list, numpy array), or None."""
+    if isinstance(x, dict):
+        x = list(x.values())
+    if isinstance(x, (list, tuple, _np.ndarray)):
+        for item in (x.tolist() if isinstance(x, _np.ndarray) else x):
+            bad = _non_finite(item)
+            if bad is not None:
+                return bad
+        return None
+    if isinstance(x, (float, _np.floating)) and not _np.isfinite(x):
+        return float(x)
+    return None
+
+
+def _jsonable(x):
+    """`x` with numpy scalars and arrays as Python numbers and lists, and NaN and infinities
+    as the graph format writes them ("NaN", "Infinity", "-Infinity"): JSON has no such numbers."""
+    if isinstance(x, dict):
+        return {k: _jsonable(v) for k, v in x.items()}
+    if isinstance(x, _np.ndarray):
+        return _jsonable(x.tolist())
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, (bool, _np.bool_)):
+        return bool(x)
+    if isinstance(x, _numbers.Integral):
+        return int(x)
+    if isinstance(x, (float, _np.floating)):
+        x = float(x)
+        return x if _np.isfinite(x) else "NaN" if x != x else "Infinity" if x > 0 else "-Infinity"
+    return x
+
+
+def _dumps(x):
+    return _json.dumps(_jsonable(x), allow_nan=False)
+
+
+def _str_list(v, what):
+    """`v` (a str or an iterable of str) as a list of str, or a TypeError naming `what`."""
+    if isinstance(v, str):
+        return [v]
+    try:
+        items = list(v)
+    except TypeError:
+        raise TypeError("%s must be a list of str, got %s" % (what, type(v).__name__)) from None
+    for item in items:
+        if not isinstance(item, str):
+            raise TypeError("%s must be a list of str, got %s %r in it" % (what, type(item).__name__, item))
+    return items
+
+
+def _trace_arg(trace):
+    """run()'s trace= as the core takes it: a bool or a list of globs."""
+    if trace is None or isinstance(trace, (bool, _np.bool_)):
+        return bool(trace)
+    if isinstance(trace, (_numbers.Number, dict)):
+        raise TypeError("trace must be True, False or a list of name globs, got %s %r" % (type(trace).__name__,
+                                                                                         trace))
+    return _str_list(trace, "trace (True, False or name globs)")
+
+
+def _by_name(d, what):
+    """{name: x} checked: a mapping whose keys are str, or a TypeError naming `what`."""
+    if d is None:
+        return {}
+    if not isinstance(d, _Mapping):
+        raise TypeError("%s must be a dict {name: ...}, got %s" % (what, type(d).__name__))
+    for k in d:
+        if not isinstance(k, str):
+            raise TypeError("%s: names must be str, got %s %r" % (what, type(k).__name__, k))
+    return d
+
+
+def _threads(v):
+    if isinstance(v, bool) or not isinstance(v, _numbers.Integral):
+        raise TypeError("threads must be an int (0: every core), got %s" % type(v).__name__)
+    if v < 0:
+        raise ValueError("threads must be 0 (every core) or more, got %d" % v)
+    return int(v)
+
+
+def _max_memory(v):
+    """max_memory= checked: None (the default limit) or a positive number of bytes."""
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, _numbers.Integral):
+        raise TypeError("max_memory must be a number of bytes (an int), got %s" % type(v).__name__)
+    if v <= 0:
+        raise ValueError("max_memory must be a positive number of bytes, got %d" % v)
+    return int(v)
+
+
+def default_max_memory():
+    """The memory limit of run() and grad() when max_memory= is not given: half of the
+    machine's memory, as the CLI's --max-memory default."""
+    return _core.default_max_memory()
 
 
 class NodeTable(str):
@@ -39,13 +174,21 @@ class Graph:
         self.onnx_names = dict(onnx_names)
         #: the importer's remarks ("float16 model runs in f32")
         self.notes = list(notes)
+        self._name_set = None
+
+    def _our(self, name):
+        """`name`, or the attngraph name of an imported model's ONNX name."""
+        if not self.onnx_names or not isinstance(name, str):
+            return name
+        if self._name_set is None:
+            self._name_set = set(self._g.names)
+        return name if name in self._name_set else self.onnx_names.get(name, name)
 
     def _ours(self, by_name):
         """{name: x} with ONNX names of an imported model replaced by attngraph names."""
         if not by_name or not self.onnx_names:
             return dict(by_name or {})
-        names = set(self._g.names)
-        return {k if k in names else self.onnx_names.get(k, k): v for k, v in dict(by_name).items()}
+        return {self._our(k): v for k, v in dict(by_name).items()}
 
     name = property(lambda self: self._g.name)
     dtype = property(lambda self: self._g.dtype)
@@ -54,33 +197,42 @@ class Graph:
     names = property(lambda self: list(self._g.names))
 
     def shape(self, name):
-        return self._g.shape(name)
+        return self._g.shape(self._our(name))
 
     def kind(self, name):
         """"input", "param" or "node"."""
-        return self._g.kind(name)
+        return self._g.kind(self._our(name))
 
     def tensor(self, name):
         """The data of an input or param tensor (read-only numpy)."""
-        return self._g.tensor(name)
+        return self._g.tensor(self._our(name))
 
-    def run(self, inputs=None, trace=False, threads=0, patch=None, tokens=None):
+    @_hinted
+    def run(self, inputs=None, trace=False, threads=0, patch=None, tokens=None, max_memory=None):
         """Runs the graph. `inputs` replaces input/param tensors ({name: array}); `trace` is
         a bool or a list of name globs ("head*.A") of the values to keep; `patch` replaces
         node outputs ({name: array} or {name: function(numpy) -> numpy}); `tokens` labels
-        the sequence axes. Returns a Trace. The GIL is released while the graph runs."""
-        return Trace(_core.run(self._g, self._ours(inputs), trace, threads, self._ours(patch),
-                               None if tokens is None else list(tokens)))
+        the sequence axes. A value over `max_memory` bytes (default: default_max_memory()),
+        or with trace=True all values together, is a ShapeError before anything is
+        allocated. Returns a Trace. The GIL is released while the graph runs."""
+        return Trace(_core.run(self._g, self._ours(_by_name(inputs, "inputs")), _trace_arg(trace), _threads(threads),
+                               self._ours(_by_name(patch, "patch")),
+                               None if tokens is None else _str_list(tokens, "tokens"),
+                               max_memory=_max_memory(max_memory)),
+                     self.onnx_names, self.notes)
 
-    def grad(self, inputs=None, wrt=(), output_grads=None, patch=None, threads=0, tokens=None):
+    @_hinted
+    def grad(self, inputs=None, wrt=(), output_grads=None, patch=None, threads=0, tokens=None, max_memory=None):
         """Gradients of L = sum over outputs of sum(G * output) (G all ones unless given in
         `output_grads`) with respect to the `wrt` names (empty: every value). A patched
-        value is a constant: no gradient flows through it."""
-        if isinstance(wrt, str):
-            wrt = [wrt]
-        wrt = list(self._ours({w: None for w in wrt}))
-        return Gradients(_core.grad(self._g, self._ours(inputs), wrt, self._ours(output_grads),
-                                    self._ours(patch), threads, None if tokens is None else list(tokens)))
+        value is a constant: no gradient flows through it. `max_memory` as for run()."""
+        wrt = [self._our(w) for w in _str_list(() if wrt is None else wrt, "wrt")]
+        return Gradients(_core.grad(self._g, self._ours(_by_name(inputs, "inputs")), wrt,
+                                    self._ours(_by_name(output_grads, "output_grads")),
+                                    self._ours(_by_name(patch, "patch")), _threads(threads),
+                                    None if tokens is None else _str_list(tokens, "tokens"),
+                                    max_memory=_max_memory(max_memory)),
+                         self.onnx_names, self.notes)
 
     def check(self):
         """The node table of `attngraph check` (a str; `.rows` has one dict per value)."""
@@ -109,14 +261,19 @@ class Trace:
     """The values one run kept. `t[name]` is a read-only numpy array sharing the run's
     buffer (the array keeps it alive); `t.outputs` maps output names to arrays."""
 
-    def __init__(self, core):
+    def __init__(self, core, onnx_names=(), notes=()):
         self._r = core
+        self._onnx_names, self._notes = dict(onnx_names), list(notes)
+        self._graph = None
+
+    def _our(self, name):
+        return self.graph._our(name) if self._onnx_names else name
 
     def __getitem__(self, name):
-        return self._r.get(name)
+        return self._r.get(self._our(name))
 
     def __contains__(self, name):
-        return name in self._r.names
+        return self._our(name) in self._r.names
 
     def __iter__(self):
         return iter(self._r.names)
@@ -133,7 +290,13 @@ class Trace:
     def outputs(self):
         return {name: self._r.get(name) for name in self._r.graph.outputs}
 
-    graph = property(lambda self: Graph(self._r.graph))
+    @property
+    def graph(self):
+        """The graph that ran (with the inputs given to it), with the ONNX names of the model it came from."""
+        if self._graph is None:
+            self._graph = Graph(self._r.graph, self._onnx_names, self._notes)
+        return self._graph
+
     tokens = property(lambda self: list(self._r.tokens))
     patched = property(lambda self: list(self._r.patched))
 
@@ -141,6 +304,7 @@ class Trace:
         """Forward wall time of each node, by node name."""
         return self._r.seconds()
 
+    @_hinted
     def save(self, dir, format="npy", force=False):
         """Writes the trace as `attngraph run --trace DIR` does (diff and report read it)."""
         self._r.save(_os.fspath(dir), format, force)
@@ -164,47 +328,71 @@ class Trace:
 class Gradients:
     """dL/dv by name (`g[name]`), and the forward trace of the run they came from."""
 
-    def __init__(self, core):
+    def __init__(self, core, onnx_names=(), notes=()):
         self._g = core
+        self._onnx_names, self._notes = dict(onnx_names), list(notes)
+        self._graph = None
+
+    def _our(self, name):
+        if not self._onnx_names:
+            return name
+        if self._graph is None:
+            self._graph = Graph(self._g.forward.graph, self._onnx_names, self._notes)
+        return self._graph._our(name)
 
     def __getitem__(self, name):
-        return self._g.get(name)
+        return self._g.get(self._our(name))
 
     def __contains__(self, name):
-        return name in self._g.names
+        return self._our(name) in self._g.names
 
     names = property(lambda self: list(self._g.names))
-    forward = property(lambda self: Trace(self._g.forward))
+    forward = property(lambda self: Trace(self._g.forward, self._onnx_names, self._notes))
 
+    @_hinted
     def save(self, dir, force=False):
         """Writes the forward trace and every gradient (grad/<name>.npy), as `attngraph grad --trace`."""
         self._g.save(_os.fspath(dir), force)
 
 
-def load(path, dtype=None, allow_outside_paths=False, input_shapes=None):
+@_hinted
+def load(path, dtype=None, allow_outside_paths=False, input_shapes=None, max_memory=None):
     """Reads a graph file (JSON), or an ONNX model (`.onnx`, imported in memory as the CLI's
     commands import it; docs/onnx.md). `input_shapes` ({ONNX input name: shape or array})
     fixes the shapes of a model's graph inputs, as the CLI takes them from its --input files.
     An imported graph's `onnx_names` maps ONNX names to attngraph names, and run(), grad()
-    and patches accept either."""
+    and patches accept either. A tensor over `max_memory` bytes (default:
+    default_max_memory()) is a ShapeError, as for run()."""
     path = _os.fspath(path)
     if path.lower().endswith(".onnx"):
-        shapes = {k: [int(d) for d in getattr(v, "shape", v)] for k, v in dict(input_shapes or {}).items()}
+        shapes = {}
+        for k, v in _by_name(input_shapes, "input_shapes").items():
+            dims = getattr(v, "shape", v)
+            if isinstance(dims, _numbers.Integral):
+                dims = (dims,)
+            try:
+                dims = list(dims)
+            except TypeError:
+                raise TypeError("input_shapes['%s']: expected a shape or an array, got %s" %
+                                (k, type(v).__name__)) from None
+            if not all(isinstance(d, _numbers.Integral) and not isinstance(d, bool) and d >= 0 for d in dims):
+                raise ValueError("input_shapes['%s']: %r is not a shape (sizes are integers >= 0)" % (k, tuple(dims)))
+            shapes[k] = [int(d) for d in dims]
         try:
-            core, names, notes = _core.load_onnx(path, dtype, shapes, allow_outside_paths)
+            core, names, notes = _core.load_onnx(path, dtype, shapes, allow_outside_paths, _max_memory(max_memory))
         except ShapeError as e:  # the CLI's hint names its --input files
             hint = _re.sub(r"give it with --input (\S+)=FILE\.npy", r"give it with input_shapes={'\1': shape}", str(e))
             raise ShapeError(hint) from None
         return Graph(core, names, notes)
     if input_shapes:
         raise GraphError("%s: input_shapes applies to ONNX models; give a graph file's inputs to run()" % path)
-    return Graph(_core.load(path, dtype, allow_outside_paths))
+    return Graph(_core.load(path, dtype, allow_outside_paths, _max_memory(max_memory)))
 
 
 def parse(text, base_dir="."):
     """A graph from graph-file JSON text (or a dict)."""
     if not isinstance(text, str):
-        text = _json.dumps(text)
+        text = _dumps(text)
     return Graph(_core.parse(text, _os.fspath(base_dir)))
 
 
@@ -247,7 +435,7 @@ class Builder:
         self._shapes, self._counter = {}, 0
 
     def _tensor(self, name, kind, data):
-        data = _np.asarray(data)
+        data = _np.array(data)  # a copy: the caller's array may change before build()
         self._check_new(name)
         self._tensors.append((name, kind, data))
         self._shapes[name] = tuple(data.shape)
@@ -276,7 +464,12 @@ class Builder:
                 self._counter += 1
                 name = "%s_%d" % (op, self._counter)
         self._check_new(name)
-        attrs_text = _json.dumps(attrs or {})
+        attrs = dict(attrs or {})
+        for key, value in attrs.items():  # JSON carries no NaN or infinity, so no op can take one
+            bad = _non_finite(value)
+            if bad is not None:
+                raise GraphError("node '%s' (%s): attribute '%s' must be finite, got %s" % (name, op, key, bad))
+        attrs_text = _dumps(attrs)
         names = [v.name for v in inputs]
         shapes = _core.infer(op, attrs_text, [list(self._shapes[n]) for n in names], name, names)
         self._nodes.append([name, op, names, attrs_text])
@@ -363,7 +556,7 @@ class Value:
         return transpose(self, perm)
 
     def reshape(self, *shape):
-        if len(shape) == 1 and isinstance(shape[0], (list, tuple)):
+        if len(shape) == 1 and _np.ndim(shape[0]) == 1:  # a list, tuple or array of sizes
             shape = shape[0]
         return reshape(self, list(shape))
 
@@ -431,7 +624,7 @@ def slice(x, axis, start, end, name=None):
 
 def split(x, parts_or_sizes, axis=-1, name=None):
     attrs = {"axis": axis}
-    if isinstance(parts_or_sizes, int):
+    if isinstance(parts_or_sizes, _numbers.Integral) or _np.ndim(parts_or_sizes) == 0:
         attrs["parts"] = parts_or_sizes
     else:
         attrs["sizes"] = list(parts_or_sizes)
@@ -450,8 +643,13 @@ def permute(x, perm, name=None):
 from .sweep import sweep  # noqa: E402
 
 
+def _from_text(text, onnx_names=(), notes=()):
+    """A graph from its graph-file text and, for an imported model, its ONNX names and notes."""
+    return Graph(_core.parse(text, "."), onnx_names, notes)
+
+
 def _graph_reduce(self):
-    return (parse, (self.to_json(),))
+    return (_from_text, (self.to_json(), self.onnx_names, self.notes))
 
 
 Graph.__reduce__ = _graph_reduce  # graphs pickle as their graph-file text (Dask ships them so)

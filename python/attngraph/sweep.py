@@ -8,6 +8,7 @@ order. Every addition happens in the same order in-process and on any cluster, s
 result is the same bit for bit.
 """
 import hashlib
+import numbers
 import os
 import sys
 import time
@@ -46,11 +47,11 @@ def attention_entropy(a):
 _GRAPHS = {}  # digest -> Graph, per process (a worker parses a graph once)
 
 
-def _graph(text, digest):
+def _graph(text, digest, onnx_names):
     g = _GRAPHS.get(digest)
     if g is None:
         import attngraph
-        g = _GRAPHS[digest] = attngraph.parse(text)
+        g = _GRAPHS[digest] = attngraph._from_text(text, onnx_names)
     return g
 
 
@@ -61,9 +62,9 @@ def _add(total, part):
     return total
 
 
-def _run_chunk(text, digest, inputs, reduce, trace, threads):
+def _run_chunk(text, digest, inputs, reduce, trace, threads, onnx_names=()):
     """Runs one chunk; returns (sum of reduce over its inputs in order, count)."""
-    g = _graph(text, digest)
+    g = _graph(text, digest, onnx_names)
     total = {}
     for x in inputs:
         _add(total, reduce(g.run(x, trace=trace, threads=threads)))
@@ -119,8 +120,11 @@ def sweep(graph, inputs_iter, reduce, client=None, chunk=8, trace=True, threads=
     input order). `trace` chooses the kept values (True, or globs such as ["*.A"]);
     `threads` is each run's thread count. `progress` (None: when stderr is a terminal)
     shows inputs done and elapsed time on stderr."""
+    if isinstance(chunk, bool) or not isinstance(chunk, numbers.Integral) or chunk < 1:
+        raise ValueError("sweep: chunk must be a positive number of inputs, got %r" % (chunk,))
     text = graph.to_json()
-    digest = hashlib.sha256(text.encode()).hexdigest()
+    onnx_names = sorted(graph.onnx_names.items())  # an imported model's inputs go by their ONNX names
+    digest = hashlib.sha256((text + repr(onnx_names)).encode()).hexdigest()
     total_inputs = len(inputs_iter) if hasattr(inputs_iter, "__len__") else None
     bar = _Progress(total_inputs, progress)
     start = time.monotonic()
@@ -128,7 +132,7 @@ def sweep(graph, inputs_iter, reduce, client=None, chunk=8, trace=True, threads=
     try:
         if client is None:
             for c in _chunks(inputs_iter, chunk):
-                part, n = _run_chunk(text, digest, c, reduce, trace, threads)
+                part, n = _run_chunk(text, digest, c, reduce, trace, threads, onnx_names)
                 _add(total, part)
                 count += n
                 nchunks += 1
@@ -137,7 +141,7 @@ def sweep(graph, inputs_iter, reduce, client=None, chunk=8, trace=True, threads=
             from distributed import as_completed
             # the graph text travels with each task: a broadcast scatter of it was lost now and
             # then ("failed to acquire keys", the chunk cancelled) when a worker fetched it
-            futures = [client.submit(_run_chunk, text, digest, c, reduce, trace, threads, pure=False)
+            futures = [client.submit(_run_chunk, text, digest, c, reduce, trace, threads, onnx_names, pure=False)
                        for c in _chunks(inputs_iter, chunk)]
             order = {f.key: i for i, f in enumerate(futures)}
             done = [None] * len(futures)

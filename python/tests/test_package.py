@@ -3,6 +3,7 @@ dtype conversion, errors, building graphs from Python, the GIL released while a 
 Reference values: the seed document's matrices (tests/data/seed_values.json) and numpy."""
 import json
 import subprocess
+import sys
 import threading
 import time
 
@@ -34,6 +35,17 @@ def test_trace_globs_keep_only_matching_values(seed_path):
         r["head1.S"]
     with pytest.raises(KeyError, match="no value named"):
         r["nope"]
+
+
+def test_an_empty_trace_list_keeps_only_the_outputs(seed_path, seed_values):
+    g = attngraph.load(seed_path)
+    for trace in ([], (), False):
+        r = g.run(trace=trace)
+        assert isinstance(r, attngraph.Trace)
+        assert r.names == ["Y"] and "head1.A" not in r
+        np.testing.assert_allclose(r["Y"], np.array(seed_values["Y"]), atol=1e-5)
+        with pytest.raises(KeyError, match="not kept"):
+            r["head1.A"]
 
 
 def test_arrays_share_the_run_buffer_and_keep_it_alive(seed_path):
@@ -259,3 +271,188 @@ def test_the_gil_is_released_while_a_graph_runs():
         time.sleep(0.0005)
     t.join()
     assert len(ticks) > 10
+
+
+def test_runs_refuse_values_over_the_memory_limit(seed_path, seed_values):
+    # the default limit, as the CLI's --max-memory: half of the machine's memory. X of 3e6 rows
+    # makes head1.S_raw 3e6 x 3e6 f32 (36 TB): refused before anything is allocated. The
+    # child's address space is capped, so a regression fails with MemoryError, not by swapping.
+    script = """if True:
+        import os, resource, sys
+        import numpy as np, attngraph
+        resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
+        g = attngraph.load(sys.argv[1])
+        try:
+            g.run({"X": np.zeros((3000000, 4), np.float32)}, trace=True)
+        except Exception as e:
+            print(type(e).__name__, e)
+        print(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2)
+    """
+    p = subprocess.run([sys.executable, "-c", script, str(seed_path)], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    error, half = p.stdout.splitlines()
+    assert error == ("ShapeError node 'head1.S_raw' (MatMul) output 'head1.S_raw' of shape (3000000x3000000) f32 "
+                     "needs 36000000000000 bytes, over the memory limit of %s bytes" % half)
+    assert attngraph.default_max_memory() == int(half)
+
+    g = attngraph.load(seed_path)
+    x = np.zeros((3000, 4), np.float32)  # head1.S_raw: 3000 x 3000 x 4 = 36000000 bytes
+    over = "node 'head1.S_raw' [(]MatMul[)] output 'head1.S_raw' of shape [(]3000x3000[)] f32 needs 36000000 bytes, " \
+           "over the memory limit of 10000000 bytes$"
+    with pytest.raises(attngraph.ShapeError, match=over):
+        g.run({"X": x}, max_memory=10_000_000)
+    with pytest.raises(attngraph.ShapeError, match=over):
+        g.grad({"X": x}, wrt=["head1.Wq"], max_memory=10_000_000)
+    # an input or a patch over the limit is refused before it is copied
+    with pytest.raises(attngraph.ShapeError, match="^input X: shape [(]3000x4[)] f32 needs 48000 bytes, over the "
+                                                   "memory limit of 40000 bytes$"):
+        g.run({"X": x}, max_memory=40_000)
+    with pytest.raises(attngraph.ShapeError, match="^patch head1.A: shape [(]3000x3000[)] f32 needs 36000000 bytes"):
+        g.run(patch={"head1.A": np.zeros((3000, 3000))}, max_memory=10_000_000)
+    # trace=True keeps every value: the seed's 33 values, f32, must fit together
+    total = sum(np.array(v).size * 4 for v in seed_values.values())
+    with pytest.raises(attngraph.ShapeError, match="its 33 values together need %d bytes, over the memory limit of "
+                                                   "%d bytes; keep fewer with trace=" % (total, total - 1)):
+        g.run(trace=True, max_memory=total - 1)
+    np.testing.assert_allclose(g.run(trace=True, max_memory=total)["head1.A"], np.array(seed_values["head1.A"]),
+                               atol=1e-5)
+    np.testing.assert_allclose(g.run(max_memory=total - 1)["Y"], np.array(seed_values["Y"]), atol=1e-5)
+    with pytest.raises(ValueError, match="max_memory must be a positive number of bytes, got 0"):
+        g.run(max_memory=0)
+    with pytest.raises(TypeError, match="max_memory must be a number of bytes"):
+        g.run(max_memory="1G")
+
+
+def test_builder_settings_take_numpy_integers():
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(2, 3, 4))
+    b = attngraph.Builder("np", dtype="f64")
+    X = b.input("X", x)
+    i64 = np.int64
+    outs = {
+        "soft": attngraph.softmax(X, axis=i64(1)),
+        "resh": X.reshape(np.array([6, 4])),
+        "resh1": X.reshape(i64(24)),
+        "perm": X.transpose(np.array([1, 0, 2])),
+        "pad": attngraph.mask_padding(X, np.array([1, 2])),
+        "win": attngraph.mask_window(X, i64(2), causal=np.bool_(True)),
+        "cut": attngraph.slice(X, np.int32(2), i64(1), np.uint8(3)),
+        "half": attngraph.split(X, i64(2))[1],
+        "sizes": attngraph.split(X, np.array([1, 3]))[1],
+        "half2": X * np.float32(0.5),
+    }
+    b.output(*outs.values())
+    t = b.build().run()
+    r = {name: t[v.name] for name, v in outs.items()}
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(r["soft"], e / e.sum(axis=1, keepdims=True), rtol=1e-12)
+    np.testing.assert_array_equal(r["resh"], x.reshape(6, 4))
+    np.testing.assert_array_equal(r["resh1"], x.reshape(24))
+    np.testing.assert_array_equal(r["perm"], x.transpose(1, 0, 2))
+    j = np.arange(4)
+    np.testing.assert_array_equal(r["pad"], np.where(j[None, None, :] < np.array([1, 2])[:, None, None], x, -np.inf))
+    i = np.arange(3)[:, None]
+    np.testing.assert_array_equal(r["win"], np.where((i - j >= 0) & (i - j < 2), x, -np.inf))  # 0 <= i - j < w
+    np.testing.assert_array_equal(r["cut"], x[:, :, 1:3])
+    np.testing.assert_array_equal(r["half"], x[:, :, 2:])
+    np.testing.assert_array_equal(r["sizes"], x[:, :, 1:])
+    np.testing.assert_array_equal(r["half2"], x * 0.5)
+
+
+def test_non_finite_settings_are_typed_errors():
+    b = attngraph.Builder("nan")
+    x = b.input("X", np.ones((3, 3), np.float32))
+    with pytest.raises(attngraph.GraphError, match=r"^node 'Scale_1' \(Scale\): attribute 'factor' must be finite, "
+                                                   r"got nan$"):
+        attngraph.scale(x, float("nan"))
+    with pytest.raises(attngraph.GraphError, match=r"^node 'Scale_2' \(Scale\): attribute 'factor' must be finite, "
+                                                   r"got inf$"):
+        x * float("inf")
+    with pytest.raises(attngraph.GraphError, match=r"^node 'w' \(Mask\): attribute 'window' must be finite, got nan$"):
+        attngraph.mask_window(x, float("nan"), name="w")
+    with pytest.raises(attngraph.GraphError, match=r"attribute 'factor' must be finite, got -inf"):
+        b.node("Scale", [x], {"factor": np.float32("-inf")})
+    b.output((x * 2.0).named("Y"))
+    np.testing.assert_array_equal(b.build().run()["Y"], np.full((3, 3), 2.0))  # the failed nodes left nothing
+    # a dict for parse(): NaN and infinities as the graph format writes them ("NaN", "Infinity")
+    doc = {"tensors": {"X": {"kind": "input", "data": [[float("nan"), float("inf"), -np.inf, 1.5]]}},
+           "nodes": [{"name": "Y", "op": "Scale", "inputs": ["X"], "attrs": {"factor": np.float64(2)}}]}
+    y = attngraph.parse(doc).run()["Y"]
+    assert np.isnan(y[0, 0]) and y[0, 1] == np.inf and y[0, 2] == -np.inf and y[0, 3] == 3.0
+    doc["nodes"][0]["attrs"]["factor"] = float("nan")
+    with pytest.raises(attngraph.GraphError, match=r"node 'Y' \(Scale\): attribute 'factor' has the wrong type"):
+        attngraph.parse(doc)
+
+
+def test_builder_copies_tensor_data_at_the_call():
+    x, w = np.eye(2, 3, dtype=np.float32), np.ones((3, 2), np.float32)
+    b = attngraph.Builder("copy")
+    X, W = b.input("X", x), b.param("W", w)
+    b.output((X @ W).named("Y"))
+    x[:] = 7  # after input()/param(), before build(): the graph keeps what was given
+    w[:] = 5
+    g = b.build()
+    np.testing.assert_array_equal(g.tensor("X"), np.eye(2, 3))
+    np.testing.assert_array_equal(g.run()["Y"], np.ones((2, 2)))
+
+
+def test_bad_argument_types_name_the_argument(seed_path, seed_values, tmp_path):
+    g = attngraph.load(seed_path)
+    x = seed_x()
+    for kwargs, error, what in [
+        (dict(trace=1), TypeError, "trace must be True, False or a list of name globs, got int 1"),
+        (dict(trace=[1]), TypeError, "trace .* must be a list of str, got int 1 in it"),
+        (dict(inputs={1: x}), TypeError, "inputs: names must be str, got int 1"),
+        (dict(inputs=[x]), TypeError, "inputs must be a dict"),
+        (dict(patch={3: x}), TypeError, "patch: names must be str, got int 3"),
+        (dict(tokens=[1, 2, 3]), TypeError, "tokens must be a list of str"),
+        (dict(threads="2"), TypeError, "threads must be an int"),
+        (dict(threads=-1), ValueError, "threads must be 0"),
+    ]:
+        with pytest.raises(error, match=what):
+            g.run(**kwargs)
+    with pytest.raises(TypeError, match="wrt must be a list of str, got int 1"):
+        g.grad(wrt=[1])
+    with pytest.raises(TypeError, match="output_grads: names must be str"):
+        g.grad(output_grads={0: np.ones((3, 4))})
+    # numpy's bools are bools
+    r = g.run(trace=np.bool_(True))
+    assert set(r.names) == set(seed_values)
+    np.testing.assert_allclose(r["head1.A"], np.array(seed_values["head1.A"]), atol=1e-5)
+    assert g.run(trace=np.bool_(False)).names == ["Y"]
+    # an ONNX model's input_shapes: sizes are integers >= 0
+    onnx = seed_path.parents[1] / "tests" / "data" / "onnx" / "test_gemm_all_attributes" / "model.onnx"
+    with pytest.raises(ValueError, match=r"input_shapes\['X'\]: \(-1, 4\) is not a shape"):
+        attngraph.load(onnx, input_shapes={"X": (-1, 4)})
+    with pytest.raises(ValueError, match=r"input_shapes\['X'\]: \(2.5, 4\) is not a shape"):
+        attngraph.load(onnx, input_shapes={"X": (2.5, 4)})
+    with pytest.raises(TypeError, match="input_shapes: names must be str"):
+        attngraph.load(onnx, input_shapes={0: (1, 4)})
+
+
+def test_errors_give_hints_in_python_spelling(seed_path, tmp_path):
+    g = attngraph.load(seed_path)
+    g.run(trace=True).save(tmp_path / "t")
+    with pytest.raises(attngraph.IoError) as e:
+        g.run(trace=True).save(tmp_path / "t")
+    assert str(e.value) == "%s: directory exists and is not empty (use force=True to replace it)" % (tmp_path / "t")
+    with pytest.raises(attngraph.IoError, match=r"not empty \(use force=True to replace it\)$"):
+        g.grad(wrt=["head1.Wq"]).save(tmp_path / "t")
+    g.grad(wrt=["head1.Wq"]).save(tmp_path / "t", force=True)
+    # an "npy" path leaving the graph file's folder
+    (tmp_path / "sub").mkdir()
+    np.save(tmp_path / "w.npy", np.arange(6, dtype=np.float32).reshape(2, 3))
+    (tmp_path / "sub" / "g.json").write_text(json.dumps({
+        "tensors": {"W": {"kind": "input", "npy": "../w.npy"}},
+        "nodes": [{"name": "Y", "op": "Scale", "inputs": ["W"], "attrs": {"factor": 2}}]}))
+    with pytest.raises(attngraph.GraphError, match=r"leaves the graph file's folder \(use allow_outside_paths=True\)$"):
+        attngraph.load(tmp_path / "sub" / "g.json")
+    y = attngraph.load(tmp_path / "sub" / "g.json", allow_outside_paths=True).run()["Y"]
+    np.testing.assert_array_equal(y, 2 * np.arange(6).reshape(2, 3))
+
+
+def test_wrt_none_is_every_value(seed_path):
+    g = attngraph.load(seed_path)
+    gr = g.grad(wrt=None)
+    assert sorted(gr.names) == sorted(g.names) and len(gr.names) == 33
+    np.testing.assert_array_equal(gr["head1.Wq"], g.grad(wrt=["head1.Wq"])["head1.Wq"])

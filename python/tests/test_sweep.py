@@ -47,3 +47,13 @@ def test_sweep_progress_only_when_asked(capsys):
     g = attngraph.new("mha-batched", seq=4, d_model=8, heads=2)
     attngraph.sweep(g, dataset(3, seq=4, d=8), lambda t: {"y": t["Y"].sum()}, trace=False)
     assert capsys.readouterr().err == ""
+
+
+def test_chunk_must_be_a_positive_count():
+    import pytest
+    g = attngraph.new("mha-batched", seq=4, d_model=8, heads=2)
+    for chunk in (0, -3, 2.5):
+        with pytest.raises(ValueError, match="sweep: chunk must be a positive number of inputs, got %s" % chunk):
+            attngraph.sweep(g, dataset(3, seq=4, d=8), lambda t: {"y": t["Y"].sum()}, chunk=chunk, trace=False)
+    res = attngraph.sweep(g, dataset(3, seq=4, d=8), lambda t: {"y": t["Y"].sum()}, chunk=1, trace=False)
+    assert res.chunks == 3 and res.count == 3
