@@ -1,7 +1,5 @@
 #include "cli/common.hpp"
 
-#include <sys/sysinfo.h>
-
 #include <climits>
 #include <cmath>
 
@@ -51,14 +49,8 @@ std::size_t parse_bytes(const std::string& text) {
     return static_cast<std::size_t>(v * mult);
 }
 
-static std::size_t default_max_bytes() {
-    struct sysinfo info {};
-    if (sysinfo(&info) == 0) return static_cast<std::size_t>(info.totalram) * info.mem_unit / 2;
-    return std::size_t(8) << 30;
-}
-
 std::size_t max_memory_bytes(const GraphArgs& args) {
-    return args.max_memory.empty() ? default_max_bytes() : parse_bytes(args.max_memory);
+    return args.max_memory.empty() ? default_max_memory() : parse_bytes(args.max_memory);
 }
 
 // Splits NAME=FILE.npy.

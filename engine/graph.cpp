@@ -1,5 +1,7 @@
 #include "engine/graph.hpp"
 
+#include <sys/sysinfo.h>
+
 #include <cstdint>
 
 #include "engine/error.hpp"
@@ -50,6 +52,12 @@ void check_memory(const Graph& graph, std::size_t max_bytes, bool all_kept) {
         throw ShapeError("graph '" + graph.name() + "': its " + std::to_string(graph.values().size()) +
                          " values together need " + std::to_string(total) + " bytes, over " + limit +
                          "; trace fewer with --only");
+}
+
+std::size_t default_max_memory() {
+    struct sysinfo info {};
+    if (sysinfo(&info) == 0) return static_cast<std::size_t>(info.totalram) * info.mem_unit / 2;
+    return std::size_t(8) << 30;
 }
 
 int Graph::find(const std::string& name) const {

@@ -122,6 +122,10 @@ private:
 /// kept, as a full trace does) also one whose values together would.
 void check_memory(const Graph& graph, std::size_t max_bytes, bool all_kept = false);
 
+/// @brief The memory limit when none is given (the CLI's --max-memory, Python's max_memory=):
+/// half of the machine's memory (8 GiB when it cannot be read).
+std::size_t default_max_memory();
+
 /// True when name uses only letters, digits, '_', '.', '-' and is not "." or "..".
 bool valid_name(const std::string& name);
 

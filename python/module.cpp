@@ -8,7 +8,6 @@
 #include <pybind11/stl.h>
 #include <pybind11/stl/filesystem.h>
 
-#include <sys/sysinfo.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -57,14 +56,6 @@ py::array to_numpy(std::shared_ptr<const Tensor> t) {
     });
     out.attr("flags").attr("writeable") = false;
     return out;
-}
-
-/// The memory limit when none is given: half of the machine's memory, as the CLI's
-/// --max-memory default (cli/common.cpp).
-std::size_t default_max_memory() {
-    struct sysinfo info {};
-    if (sysinfo(&info) == 0) return static_cast<std::size_t>(info.totalram) * info.mem_unit / 2;
-    return std::size_t(8) << 30;
 }
 
 /// A tensor from any numeric numpy array: f32 and f64 as they are, other dtypes (integers,
