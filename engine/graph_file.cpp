@@ -255,6 +255,11 @@ Graph graph_from_document(const json& doc, const fs::path& base_dir, const std::
                 std::vector<double> flat;
                 flat.reserve(element_count(s));
                 flatten(spec["data"], s, 0, flat, where);
+                for (std::size_t i = 0; dtype == DType::f32 && i < flat.size(); ++i)
+                    if (std::isfinite(flat[i]) && std::abs(flat[i]) > std::numeric_limits<float>::max())
+                        throw GraphError(where + ": \"data\" value " + (std::ostringstream() << flat[i]).str() +
+                                         " at flat index " + std::to_string(i) +
+                                         " is beyond f32's range (it would become infinite)");
                 t = make_tensor(s, flat, dtype);
             } else {
                 if (!spec["npy"].is_string()) throw GraphError(where + ": \"npy\" must be a path string");

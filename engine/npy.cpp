@@ -203,6 +203,7 @@ Tensor load_npy(std::istream& in, const std::string& where, std::size_t max_elem
     Shape stored = shape;
     if (fortran) std::reverse(stored.begin(), stored.end());
     Tensor t = zeros(natural, stored);
+    const bool to_f32 = convert_to == DType::f32 || (!convert_to && natural == DType::f32);
     t.visit([&](auto& a) {
         using T = typename std::decay_t<decltype(a)>::value_type;
         T* out = a.data();
@@ -216,6 +217,9 @@ Tensor load_npy(std::istream& in, const std::string& where, std::size_t max_elem
                                   " and cannot be held exactly in " + to_string(dtype_of<T>()));
             }
             const double v = decode(p, type);
+            if (to_f32 && std::isfinite(v) && std::abs(v) > std::numeric_limits<float>::max())
+                throw IoError(where + ": value " + (std::ostringstream() << v).str() + " at flat index " + std::to_string(i) +
+                              " is beyond f32's range (it would become infinite)");
             out[i] = static_cast<T>(v);
         }
         if (fortran && stored.size() > 1) {

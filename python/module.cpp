@@ -12,6 +12,8 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <cmath>
+#include <limits>
 #include <sstream>
 
 #include "engine/autodiff.hpp"
@@ -85,6 +87,10 @@ Tensor from_numpy(const py::handle& obj, DType dtype, const std::string& what, s
     auto a = py::array_t<double, py::array::c_style | py::array::forcecast>::ensure(any);
     Array<double> arr = Array<double>::from_shape(shape);
     std::copy(a.data(), a.data() + a.size(), arr.data());
+    for (std::size_t i = 0; dtype == DType::f32 && i < arr.size(); ++i)  // as an .npy file's values
+        if (std::isfinite(arr.data()[i]) && std::abs(arr.data()[i]) > std::numeric_limits<float>::max())
+            throw GraphError(what + ": value " + (std::ostringstream() << arr.data()[i]).str() + " at flat index " +
+                             std::to_string(i) + " is beyond f32's range (it would become infinite)");
     return Tensor(std::move(arr)).cast(dtype);
 }
 

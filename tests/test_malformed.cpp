@@ -181,6 +181,26 @@ BOOST_AUTO_TEST_CASE(nan_data_is_accepted_and_check_finite_flags_it) {
     BOOST_TEST(manifest["complete"] == false);
 }
 
+// A "data" number f32 cannot hold (1e39) would become infinite: refused naming the tensor and
+// the index in an f32 graph, taken in f64; "Infinity" written as such stays allowed.
+BOOST_AUTO_TEST_CASE(data_beyond_f32s_range_is_refused_in_f32) {
+    const std::string text = R"({"tensors": {"X": {"kind": "input", "data": [[1, "Infinity", -1e39]]}},
+        "nodes": [{"name": "Y", "op": "Scale", "inputs": ["X"], "attrs": {"factor": 2}}]})";
+    std::string e;
+    try {
+        parse_graph(text, ".", "big.json");
+    } catch (const GraphError& err) {
+        e = err.what();
+    }
+    BOOST_TEST(e.find("big.json: tensor 'X': \"data\" value -1e+39 at flat index 2 is beyond f32's range") !=
+                   std::string::npos,
+               e);
+    LoadOptions f64;
+    f64.dtype = DType::f64;
+    const Graph g = parse_graph(text, ".", "big.json", f64);
+    BOOST_TEST(g.value(g.at("X")).data->at_flat(2) == -1e39);
+}
+
 // 0-length axes follow numpy: (0x4)·(4x2) is (0x2), a k = 0 product is all zeros.
 BOOST_AUTO_TEST_CASE(zero_length_axes_are_accepted) {
     test::TempDir cwd;

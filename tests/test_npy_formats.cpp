@@ -136,6 +136,23 @@ BOOST_AUTO_TEST_CASE(integers_a_dtype_cannot_hold_exactly_are_refused) {
     BOOST_TEST(e64.find("integer 9223372036854775813 at flat index 0 is beyond 2^53") != std::string::npos, e64);
 }
 
+// A finite float that f32 cannot hold would become infinite: refused in f32, as an integer
+// f32 cannot hold exactly is; f64 takes it, and an infinity given as one stays one.
+BOOST_AUTO_TEST_CASE(floats_beyond_f32s_range_are_refused_in_f32) {
+    TempDir tmp;
+    const double inf = std::numeric_limits<double>::infinity();
+    save_npy(tmp.path / "big.npy", Tensor(Array<double>({1.0, 3e38, -inf, -1e39})));
+    save_npy(tmp.path / "edge.npy", Tensor(Array<double>({1.0, 3e38, -inf, -3.4e38})));
+    const std::string e = error_of(tmp.path / "big.npy", DType::f32);
+    BOOST_TEST(e.find("big.npy: value -1e+39 at flat index 3 is beyond f32's range") != std::string::npos, e);
+    BOOST_TEST(error_of(tmp.path / "big.npy", DType::f64) == "");
+    BOOST_TEST(load_npy(tmp.path / "big.npy", 16, DType::f64).at_flat(3) == -1e39);
+    const Tensor edge = load_npy(tmp.path / "edge.npy", 16, DType::f32);
+    BOOST_TEST(edge.at_flat(1) == static_cast<double>(3e38f));
+    BOOST_TEST(edge.at_flat(2) == -inf);
+    BOOST_TEST(edge.at_flat(3) == static_cast<double>(-3.4e38f));
+}
+
 BOOST_AUTO_TEST_CASE(complex_and_string_arrays_are_refused_naming_the_dtype) {
     Generated g;
     const std::string c = error_of(g.tmp.path / "complex.npy", DType::f32);

@@ -456,3 +456,21 @@ def test_wrt_none_is_every_value(seed_path):
     gr = g.grad(wrt=None)
     assert sorted(gr.names) == sorted(g.names) and len(gr.names) == 33
     np.testing.assert_array_equal(gr["head1.Wq"], g.grad(wrt=["head1.Wq"])["head1.Wq"])
+
+
+def test_floats_beyond_f32s_range_are_refused(seed_path, seed_values):
+    """An f64 value an f32 graph cannot hold (it would become inf) is a GraphError naming the
+    input and the index, as in an .npy file; inf given as such and 3e38 pass."""
+    g = attngraph.load(seed_path)
+    x = np.array(seed_values["X"], dtype=np.float64)
+    big = x.copy()
+    big[1, 2] = -1e39
+    with pytest.raises(attngraph.GraphError, match=r"input X: value -1e\+39 at flat index 6 is beyond f32's range"):
+        g.run({"X": big})
+    y = g.run({"X": x})["Y"]  # float64 within range: the seed's Y
+    np.testing.assert_allclose(y, np.array(seed_values["Y"]), atol=1e-5)
+    edge = x.copy()
+    edge[0, 0] = np.inf
+    assert np.isinf(g.run({"X": edge}, trace=["X"])["X"][0, 0])
+    x64 = attngraph.load(seed_path, dtype="f64").run({"X": big}, trace=["X"])["X"]  # f64 holds it
+    assert x64.dtype == np.float64 and x64[1, 2] == -1e39
