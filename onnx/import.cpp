@@ -668,10 +668,16 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
     if (all_const && onnx_fold::foldable(op)) {
         std::vector<const OnnxTensor*> cin;
         for (const auto* v : in) cin.push_back(v ? &v->c : nullptr);
-        auto outs = onnx_fold::fold(node, cin, m_opset, where);
+        // fold checks each output's shape against the limit before allocating it
+        std::vector<OnnxTensor> outs;
+        try {
+            outs = onnx_fold::fold(node, cin, m_opset, where, m_reader.max_elements);
+        } catch (const std::bad_alloc&) {
+            throw ShapeError(where + ": out of memory folding the node; shapes " + shapes_text());
+        } catch (const std::length_error&) {
+            throw ShapeError(where + ": the folded output is too large; shapes " + shapes_text());
+        }
         for (int k = 0; k < node.output_size() && k < static_cast<int>(outs.size()); ++k) {
-            if (m_reader.max_elements && outs[static_cast<std::size_t>(k)].values.size() > m_reader.max_elements)
-                throw ShapeError(where + ": folded output '" + node.output(k) + "' is over the memory limit");
             Value v;
             v.is_const = true;
             v.c = std::move(outs[static_cast<std::size_t>(k)]);

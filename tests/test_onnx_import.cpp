@@ -386,6 +386,87 @@ BOOST_AUTO_TEST_CASE(a_cast_of_computed_floats_to_bool_and_and) {
     }
 }
 
+// One `error:` line, exit 1, for the command run in `tmp`; the message must hold `part`.
+void expect_one_error(const TempDir& tmp, const std::string& args, const std::string& part) {
+    const CliResult r = run_cli(args, tmp.path);
+    BOOST_TEST(r.code == 1, args << ": " << r.err);
+    BOOST_TEST(r.err.rfind("error: ", 0) == 0, r.err);
+    BOOST_TEST(std::count(r.err.begin(), r.err.end(), '\n') == 1, r.err);
+    BOOST_TEST(r.err.find(part) != std::string::npos, args << ": " << r.err);
+}
+
+// Folding checks an output's shape against --max-memory before it allocates it: a
+// ConstantOfShape of (5000x4000) used to be built in full (324 MB resident under a 60 MB
+// limit) and refused afterwards; (40000x40000) ended in std::bad_alloc and (2^30x2^30) in
+// std::vector's length_error, naming no node. Expand and broadcasting grow values too.
+BOOST_AUTO_TEST_CASE(folding_checks_the_memory_limit_before_allocating) {
+    TempDir tmp;
+    // X (1) + ReduceSum(ConstantOfShape(dims)): folded but for the Add
+    const auto model = [&](const std::string& file, const std::vector<std::int64_t>& dims) {
+        onnx::GraphProto g;
+        add_input(g, "X", {1});
+        auto* shape = g.add_initializer();
+        shape->set_name("dims");
+        shape->set_data_type(TP::INT64);
+        shape->add_dims(static_cast<std::int64_t>(dims.size()));
+        for (auto d : dims) shape->add_int64_data(d);
+        add_node(g, "ConstantOfShape", {"dims"}, {"c"}, "/fill");
+        add_node(g, "ReduceSum", {"c"}, {"s"}, "/sum");
+        add_node(g, "Add", {"X", "s"}, {"Y"}, "/add");
+        add_output(g, "Y");
+        write(model_of(g), tmp.path / file);
+    };
+    model("small.onnx", {50, 40});
+    const CliResult ok = run_cli("check small.onnx --max-memory 60M", tmp.path);
+    BOOST_TEST(ok.code == 0, ok.err);
+    model("fill.onnx", {5000, 4000});
+    expect_one_error(tmp, "check fill.onnx --max-memory 60M",
+                     "fill.onnx: node '/fill' (ConstantOfShape): output 'c' of shape (5000x4000) has 20000000 "
+                     "elements, over the limit of 15728640 (--max-memory)");
+    model("huge.onnx", {40000, 40000});
+    expect_one_error(tmp, "check huge.onnx --max-memory 60M",
+                     "huge.onnx: node '/fill' (ConstantOfShape): output 'c' of shape (40000x40000) has 1600000000 "
+                     "elements, over the limit of 15728640 (--max-memory)");
+    model("vast.onnx", {1 << 30, 1 << 30});  // no --max-memory: the default, half the machine's memory
+    expect_one_error(tmp, "check vast.onnx",
+                     "vast.onnx: node '/fill' (ConstantOfShape): output 'c' of shape (1073741824x1073741824) has "
+                     "1152921504606846976 elements, over the limit of ");
+    model("overflow.onnx", {std::int64_t(1) << 40, std::int64_t(1) << 40});
+    expect_one_error(tmp, "check overflow.onnx",
+                     "node '/fill' (ConstantOfShape): output 'c' of shape (1099511627776x1099511627776) has too many "
+                     "elements, over the limit of ");
+    // Expand of a scalar and a broadcast Add of a row and a column
+    {
+        onnx::GraphProto g;
+        add_input(g, "X", {1});
+        add_init(g, "one", {}, {1.0f});
+        auto* shape = g.add_initializer();
+        shape->set_name("dims");
+        shape->set_data_type(TP::INT64);
+        shape->add_dims(2);
+        shape->add_int64_data(40000);
+        shape->add_int64_data(40000);
+        add_node(g, "Expand", {"one", "dims"}, {"e"}, "/expand");
+        add_node(g, "Add", {"X", "e"}, {"Y"}, "/add");
+        add_output(g, "Y");
+        write(model_of(g), tmp.path / "expand.onnx");
+        expect_one_error(tmp, "check expand.onnx --max-memory 60M",
+                         "expand.onnx: node '/expand' (Expand): output 'e' of shape (40000x40000) has 1600000000 "
+                         "elements, over the limit of 15728640 (--max-memory)");
+        onnx::GraphProto h;
+        add_input(h, "X", {1});
+        add_init(h, "row", {1, 40000}, std::vector<float>(40000, 1.0f));
+        add_init(h, "col", {40000, 1}, std::vector<float>(40000, 2.0f));
+        add_node(h, "Mul", {"row", "col"}, {"outer"}, "/outer");
+        add_node(h, "Add", {"X", "outer"}, {"Y"}, "/add");
+        add_output(h, "Y");
+        write(model_of(h), tmp.path / "outer.onnx");
+        expect_one_error(tmp, "check outer.onnx --max-memory 60M",
+                         "outer.onnx: node '/outer' (Mul): output 'outer' of shape (40000x40000) has 1600000000 "
+                         "elements, over the limit of 15728640 (--max-memory)");
+    }
+}
+
 BOOST_AUTO_TEST_SUITE_END()
 
 // An imported Attention node expands into the named steps of ops/attention.cpp (<node>.S_raw,
