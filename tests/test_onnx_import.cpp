@@ -467,6 +467,117 @@ BOOST_AUTO_TEST_CASE(folding_checks_the_memory_limit_before_allocating) {
     }
 }
 
+// ONNX graphs are SSA: a name defined twice (two node outputs, a node output shadowing a graph
+// input, two initializers, an input listed twice) was accepted, the last definition winning.
+// An initializer also listed as a graph input (IR < 4 models) is legal: its value is used.
+BOOST_AUTO_TEST_CASE(names_defined_twice_are_refused_naming_both_definers) {
+    TempDir tmp;
+    {
+        onnx::GraphProto g;
+        add_input(g, "X", {2});
+        add_node(g, "Neg", {"X"}, {"a"}, "first");
+        add_node(g, "Exp", {"X"}, {"a"}, "second");
+        add_node(g, "Add", {"a", "a"}, {"Y"}, "sum");
+        add_output(g, "Y");
+        write(model_of(g), tmp.path / "nodes.onnx");
+        expect_one_error(tmp, "check nodes.onnx",
+                         "nodes.onnx: 'a' is defined twice, by node 'first' (Neg) and by node 'second' (Exp) (an "
+                         "ONNX name is defined once)");
+    }
+    {
+        onnx::GraphProto g;
+        add_input(g, "X", {2});
+        add_node(g, "Neg", {"X"}, {"X"}, "shadow");
+        add_node(g, "Exp", {"X"}, {"Y"}, "exp");
+        add_output(g, "Y");
+        write(model_of(g), tmp.path / "shadow.onnx");
+        expect_one_error(tmp, "check shadow.onnx",
+                         "shadow.onnx: 'X' is defined twice, by graph input 'X' and by node 'shadow' (Neg)");
+    }
+    {
+        onnx::GraphProto g;
+        add_input(g, "X", {2});
+        add_init(g, "B", {2}, {1, 2});
+        add_init(g, "B", {2}, {3, 4});
+        add_node(g, "Add", {"X", "B"}, {"Y"}, "add");
+        add_output(g, "Y");
+        write(model_of(g), tmp.path / "inits.onnx");
+        expect_one_error(tmp, "check inits.onnx",
+                         "inits.onnx: 'B' is defined twice, by initializer 'B' and by initializer 'B'");
+    }
+    {
+        onnx::GraphProto g;
+        add_input(g, "X", {2});
+        add_input(g, "X", {2});
+        add_node(g, "Neg", {"X"}, {"Y"}, "neg");
+        add_output(g, "Y");
+        write(model_of(g), tmp.path / "inputs.onnx");
+        expect_one_error(tmp, "check inputs.onnx", "inputs.onnx: graph input 'X' is listed twice");
+    }
+    // legal: B is an initializer and a graph input; the initializer is its value
+    onnx::GraphProto g;
+    add_input(g, "X", {2});
+    add_input(g, "B", {2});
+    add_init(g, "B", {2}, {1.5f, -2.0f});
+    add_node(g, "Add", {"X", "B"}, {"Y"}, "add");
+    add_output(g, "Y");
+    write(model_of(g), tmp.path / "default.onnx");
+    save_npy(tmp.path / "x.npy", Tensor(Array<float>{10.0f, 20.0f}));
+    const CliResult r = run_cli("run default.onnx --input X=x.npy --trace t", tmp.path);
+    BOOST_TEST_REQUIRE(r.code == 0, r.err);
+    const Tensor y = load_npy(tmp.path / "t" / "Y.npy");
+    BOOST_TEST(y.at_flat(0) == 11.5);
+    BOOST_TEST(y.at_flat(1) == 18.0);
+}
+
+// The default domain's opset decides what every op means: a model without one, or newer than
+// the mapping knows, is refused (it was read as opset 1, or as if its ops had not changed).
+// An external data `length` that disagrees with the tensor names both sizes.
+BOOST_AUTO_TEST_CASE(opset_imports_and_external_data_lengths_are_checked) {
+    TempDir tmp;
+    onnx::GraphProto g;
+    add_input(g, "X", {2});
+    add_node(g, "Neg", {"X"}, {"Y"}, "neg");
+    add_output(g, "Y");
+    onnx::ModelProto none = model_of(g);
+    none.clear_opset_import();
+    none.add_opset_import()->set_domain("com.microsoft");
+    write(none, tmp.path / "none.onnx");
+    expect_one_error(tmp, "check none.onnx",
+                     "none.onnx: the model imports no opset of the default ONNX domain ('' or 'ai.onnx')");
+    onnx::ModelProto future = model_of(g);
+    future.mutable_opset_import(0)->set_version(26);
+    write(future, tmp.path / "future.onnx");
+    expect_one_error(tmp, "check future.onnx",
+                     "future.onnx: opset 26 of the default ONNX domain is not supported (opsets 1 to 25)");
+    onnx::ModelProto newest = model_of(g);
+    newest.mutable_opset_import(0)->set_domain("ai.onnx");
+    newest.mutable_opset_import(0)->set_version(25);
+    write(newest, tmp.path / "newest.onnx");
+    const CliResult ok = run_cli("check newest.onnx", tmp.path);
+    BOOST_TEST(ok.code == 0, ok.err);
+
+    onnx::GraphProto h;
+    add_input(h, "X", {3});
+    auto* t = h.add_initializer();
+    t->set_name("B");
+    t->set_data_type(TP::FLOAT);
+    t->add_dims(3);
+    t->set_data_location(TP::EXTERNAL);
+    for (const auto& [k, v] : {std::pair<const char*, const char*>{"location", "w.bin"}, {"length", "48"}}) {
+        auto* kv = t->add_external_data();
+        kv->set_key(k);
+        kv->set_value(v);
+    }
+    add_node(h, "Add", {"X", "B"}, {"Y"}, "add");
+    add_output(h, "Y");
+    write(model_of(h), tmp.path / "length.onnx");
+    std::ofstream(tmp.path / "w.bin", std::ios::binary) << std::string(48, '\0');
+    expect_one_error(tmp, "check length.onnx",
+                     "length.onnx: initializer 'B' of shape (3) float needs 12 bytes, its external data length is 48 "
+                     "(file 'w.bin')");
+}
+
 BOOST_AUTO_TEST_SUITE_END()
 
 // An imported Attention node expands into the named steps of ops/attention.cpp (<node>.S_raw,
