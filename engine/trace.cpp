@@ -484,6 +484,7 @@ void write_directory_atomically(const fs::path& dir, bool force, const std::func
 }
 
 void write_file_atomically(const fs::path& path, const std::string& bytes) {
+    if (!path.has_filename()) throw IoError("'" + path.string() + "': names no file to write");
     const fs::path target = fs::absolute(path);
     const fs::path parent = target.parent_path();
     remove_stale_temporaries(parent, target.filename().string());

@@ -199,6 +199,11 @@ BOOST_AUTO_TEST_CASE(export_writes_through_a_hidden_unique_temporary_and_cleans_
     BOOST_CHECK_THROW(export_onnx(load_graph(seed_graph()), tmp.path / "dir.onnx"), IoError);
     BOOST_TEST((listing() == before));
     BOOST_TEST(slurp(tmp.path / "dir.onnx" / "keep") == "keep");
+    // no file name at all: one line, exit 1 (not an internal filesystem error)
+    const CliResult empty = run_cli("export " + q(seed_graph()) + " -o ''", tmp.path);
+    BOOST_TEST(empty.code == 1);
+    BOOST_TEST(empty.err == "error: '': names no file to write\n", empty.err);
+    BOOST_TEST((listing() == before));
 }
 
 BOOST_AUTO_TEST_SUITE_END()  // test_onnx_export
