@@ -25,12 +25,9 @@ void add_export_command(CLI::App& app) {
     cmd->add_option("-o,--output", args->output, "ONNX model to write (.onnx)")->required();
     cmd->add_flag("--force", args->force, "Replace an existing output file");
     cmd->callback([args] {
-        namespace fs = std::filesystem;
-        std::error_code ec;
-        if (fs::exists(args->output, ec) && !args->force)
-            throw IoError(args->output + ": exists (use --force to replace it)");
+        check_graph_output(args->output, "", args->force);  // exists without --force, a directory
         const Graph graph = load_with_inputs(args->graph);
-        export_onnx(graph, args->output);
+        export_onnx(graph, args->output, args->graph.graph);
         std::printf("wrote %s: %zu nodes, opset 23\n", args->output.c_str(), graph.nodes().size());
     });
 }

@@ -1,8 +1,5 @@
 // Writing a command's result: a file or stdout, and the graph files of `new` and `import`.
-#include <unistd.h>
-
 #include <cstdio>
-#include <fstream>
 #include <iostream>
 
 #include "cli/common.hpp"
@@ -18,26 +15,7 @@ void write_output(const std::string& path, const std::string& text) {
         std::cout << text;
         return;
     }
-    const fs::path target = fs::absolute(path);
-    const fs::path tmp =
-        target.parent_path() / ("." + target.filename().string() + ".tmp-" + std::to_string(::getpid()));
-    {
-        std::ofstream out(tmp, std::ios::binary);
-        out << text;
-        out.close();
-        if (!out) {
-            std::error_code ec;
-            fs::remove(tmp, ec);
-            throw IoError(path + ": cannot write");
-        }
-    }
-    std::error_code ec;
-    fs::rename(tmp, target, ec);
-    if (ec) {
-        const std::string msg = ec.message();
-        fs::remove(tmp, ec);
-        throw IoError(path + ": cannot move into place (" + msg + ")");
-    }
+    write_file_atomically(path, text);
 }
 
 void check_graph_output(const fs::path& out, const std::string& weights_dir, bool force) {

@@ -100,6 +100,8 @@ Tensor make_tensor(const Shape& shape, const std::vector<double>& flat, DType dt
 
 fs::path resolve_npy(const std::string& rel, const fs::path& base_dir, bool allow_outside, const std::string& where,
                      const char* field = "npy") {
+    if (rel.empty()) throw GraphError(where + ": empty " + field + " path");
+    if (rel.find('\0') != std::string::npos) throw GraphError(where + ": " + field + " path holds a NUL character");
     const fs::path p = fs::path(rel).is_absolute() ? fs::path(rel) : base_dir / rel;
     if (!allow_outside) {
         // absolute first: weakly_canonical leaves a relative path with no existing prefix
@@ -111,6 +113,11 @@ fs::path resolve_npy(const std::string& rel, const fs::path& base_dir, bool allo
             throw GraphError(where + ": \"" + field + "\" path '" + rel +
                              "' leaves the graph file's folder (use --allow-outside-paths)");
     }
+    // a FIFO or a device would block or never end: only regular files (symlinks to them) are read
+    std::error_code ec;
+    const fs::file_status st = fs::status(p, ec);
+    if (!ec && fs::exists(st) && !fs::is_regular_file(st))
+        throw IoError(where + ": \"" + field + "\" path '" + rel + "' is not a regular file");
     return p;
 }
 

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <limits>
 #include <random>
@@ -480,6 +481,44 @@ void write_directory_atomically(const fs::path& dir, bool force, const std::func
         throw IoError(target.string() + ": cannot move the finished directory into place (" + msg + ")");
     }
     if (!old.empty()) fs::remove_all(old, ec);
+}
+
+void write_file_atomically(const fs::path& path, const std::string& bytes) {
+    if (!path.has_filename()) throw IoError("'" + path.string() + "': names no file to write");
+    const fs::path target = fs::absolute(path);
+    const fs::path parent = target.parent_path();
+    remove_stale_temporaries(parent, target.filename().string());
+    std::random_device rd;
+    std::string hidden = ".";
+    hidden += target.filename().string();
+    const fs::path tmp =
+        parent / (hidden + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(rd() % 1000000));
+    // O_EXCL | O_NOFOLLOW: never truncate or write through a file or symlink already there
+    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+    if (fd < 0) throw IoError(path.string() + ": cannot create (" + std::strerror(errno) + ")");
+    std::size_t done = 0;
+    int err = 0;
+    while (done < bytes.size()) {
+        const ::ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+            err = n < 0 ? errno : EIO;
+            break;
+        }
+        done += static_cast<std::size_t>(n);
+    }
+    if (::close(fd) != 0 && err == 0) err = errno;
+    std::error_code ec;
+    if (err != 0) {
+        fs::remove(tmp, ec);
+        throw IoError(path.string() + ": write failed (" + std::strerror(err) + ")");
+    }
+    fs::rename(tmp, target, ec);
+    if (ec) {
+        const std::string msg = ec.message();
+        fs::remove(tmp, ec);
+        throw IoError(path.string() + ": cannot move into place (" + msg + ")");
+    }
 }
 
 static void write_file(const fs::path& path, const std::string& text) {

@@ -82,6 +82,12 @@ void write_trace(const Trace& trace, const std::filesystem::path& dir, TraceForm
 void write_directory_atomically(const std::filesystem::path& dir, bool force,
                                 const std::function<void(const std::filesystem::path&)>& fill);
 
+/// @brief Writes `bytes` to the file `path` atomically: into a hidden sibling
+/// `.NAME.tmp-PID-N` (created exclusively, never through a symlink) renamed onto `path` when
+/// complete, removed on any failure. A temporary left by a killed process is removed by the
+/// next write of `path`. Throws IoError naming `path`.
+void write_file_atomically(const std::filesystem::path& path, const std::string& bytes);
+
 /// Refuses (IoError) a non-empty existing `dir` unless `force`: call before running.
 void check_output_dir(const std::filesystem::path& dir, bool force);
 

@@ -2,7 +2,6 @@
 
 #include <cmath>
 #include <cstring>
-#include <fstream>
 #include <optional>
 #include <set>
 
@@ -10,6 +9,7 @@
 
 #include "engine/error.hpp"
 #include "engine/graph.hpp"
+#include "engine/trace.hpp"
 #include "ops/ops.hpp"
 
 namespace attngraph {
@@ -21,7 +21,8 @@ namespace {
 
 class Exporter {
 public:
-    explicit Exporter(const Graph& graph) : m_graph(graph) {
+    Exporter(const Graph& graph, std::string source) : m_graph(graph), m_source(std::move(source)) {
+        if (m_source.empty()) m_source = graph.name();
         m_float = graph.dtype() == DType::f32 ? TP::FLOAT : TP::DOUBLE;
     }
 
@@ -137,13 +138,19 @@ private:
     }
 
     const Shape& shape_of(const std::string& name) const { return m_graph.value(m_graph.at(name)).shape; }
+    // "(1x4x8), (4x2)": the shapes of a node's inputs, for errors
+    std::string shapes_text(const std::vector<std::string>& in) const {
+        std::string t;
+        for (std::size_t i = 0; i < in.size(); ++i) t += (i ? ", (" : "(") + shape_str(shape_of(in[i])) + ")";
+        return t;
+    }
 
     // The node as ONNX nodes, by its op type and typed attributes.
     void export_node(const Node& n) {
         const std::string& name = n.name;
         std::vector<std::string> in;
         for (int id : n.inputs) in.push_back(m_graph.value(id).name);
-        const std::string where = m_graph.name() + ": node '" + name + "' (" + n.op->name + ")";
+        const std::string where = m_source + ": node '" + name + "' (" + n.op->name + ")";
         if (n.is<ops::Linear>()) {
             if (in.size() == 2) {
                 node("MatMul", {in[0], in[1]}, {name});
@@ -270,12 +277,24 @@ private:
             attr(r, "axis", rms->axis);
             attr_float(r, "epsilon", rms->epsilon);
         } else if (const auto* ln = n.attrs_if<ops::LayerNormalization>()) {
+            // ONNX gives Mean and InvStdDev (type U) in float or bfloat16 only: in an f64 graph
+            // they would be float values declared double, which ONNX Runtime refuses
+            if (ln->stats != 0 && m_float == TP::DOUBLE)
+                throw GraphError(where + ": ONNX's LayerNormalization gives Mean and InvStdDev (stats = 1) in "
+                                         "float or bfloat16, not this graph's f64; shapes " + shapes_text(in) +
+                                 " (export the graph as f32: --dtype f32)");
             std::vector<std::string> outs{name};
             if (ln->stats != 0) outs = {name + ":0", name + ":1", name + ":2"};
             auto* r = node("LayerNormalization", in, outs);
             attr(r, "axis", ln->axis);
             attr_float(r, "epsilon", ln->epsilon);
         } else if (const auto* rope = n.attrs_if<ops::RotaryEmbedding>()) {
+            // opset 23's RotaryEmbedding takes float, float16 and bfloat16 only: a double model
+            // holding it is invalid, and casting to float would change the numbers
+            if (m_float == TP::DOUBLE)
+                throw GraphError(where + ": ONNX's RotaryEmbedding (opset 23) takes float, float16 or bfloat16, "
+                                         "not this graph's f64; shapes " + shapes_text(in) +
+                                 " (export the graph as f32: --dtype f32)");
             std::vector<std::string> args = in;
             if (in.size() == 4) {  // position ids: int64 in ONNX
                 args[3] = fresh(name + ".position_ids");
@@ -374,6 +393,7 @@ private:
     }
 
     const Graph& m_graph;
+    std::string m_source;  // the graph file, for errors
     int m_float = TP::FLOAT;
     onnx::GraphProto* m_g = nullptr;
     std::set<std::string> m_names;
@@ -381,25 +401,11 @@ private:
 
 }  // namespace
 
-void export_onnx(const Graph& graph, const fs::path& path) {
-    const onnx::ModelProto model = Exporter(graph).run();
+void export_onnx(const Graph& graph, const fs::path& path, const std::string& source) {
+    const onnx::ModelProto model = Exporter(graph, source).run();
     std::string bytes;
     if (!model.SerializeToString(&bytes)) throw IoError(path.string() + ": the model does not serialize (over 2 GB?)");
-    const fs::path tmp = path.string() + ".tmp";
-    {
-        std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-        if (!out) throw IoError(path.string() + ": cannot create");
-        out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-        out.close();
-        if (!out) {
-            std::error_code ec;
-            fs::remove(tmp, ec);
-            throw IoError(path.string() + ": write failed");
-        }
-    }
-    std::error_code ec;
-    fs::rename(tmp, path, ec);
-    if (ec) throw IoError(path.string() + ": cannot rename into place: " + ec.message());
+    write_file_atomically(path, bytes);
 }
 
 }  // namespace attngraph

@@ -26,6 +26,18 @@ std::size_t count_of(const I64& shape) {
     return n;
 }
 
+std::size_t count_capped(const I64& shape) {
+    std::size_t n = 1;
+    for (auto d : shape)
+        if (d == 0) return 0;
+    for (auto d : shape) {
+        const auto u = static_cast<std::size_t>(d);
+        if (d < 0 || n > SIZE_MAX / u) return SIZE_MAX;
+        n *= u;
+    }
+    return n;
+}
+
 const onnx::AttributeProto* find_attr(const onnx::NodeProto& node, const std::string& name) {
     for (const auto& a : node.attribute())
         if (a.name() == name) return &a;
@@ -259,8 +271,24 @@ bool foldable(const std::string& op) {
 }
 
 std::vector<OnnxTensor> fold(const onnx::NodeProto& node, const std::vector<const OnnxTensor*>& in, std::int64_t opset,
-                             const std::string& where) {
+                             const std::string& where, std::size_t max_elements) {
     const std::string& op = node.op_type();
+    // an output that grows (ConstantOfShape, Expand, broadcasting, Gather, Concat, Range) is
+    // checked from its shape before it is allocated: values are held as double here
+    const std::size_t max_count = max_elements ? max_elements : (std::size_t(1) << 40);
+    auto check_size = [&](const I64& shape) {
+        const std::size_t n = count_capped(shape);
+        if (n <= max_count) return;
+        std::string text;
+        for (std::size_t k = 0; k < shape.size(); ++k) {
+            if (k) text += 'x';
+            text += std::to_string(shape[k]);
+        }
+        throw ShapeError(where + ": output '" + (node.output_size() ? node.output(0) : std::string()) +
+                         "' of shape (" + text + ") has " + (n == SIZE_MAX ? "too many" : std::to_string(n)) +
+                         " elements, over the limit of " + std::to_string(max_count) +
+                         (max_elements ? " (--max-memory)" : ""));
+    };
     auto arg = [&](std::size_t i) -> const OnnxTensor& {
         if (i >= in.size() || !in[i]) throw GraphError(where + ": input " + std::to_string(i) + " is missing");
         return *in[i];
@@ -302,6 +330,7 @@ std::vector<OnnxTensor> fold(const onnx::NodeProto& node, const std::vector<cons
         I64 shape(x.shape.begin(), x.shape.begin() + static_cast<long>(axis));
         shape.insert(shape.end(), idx.shape.begin(), idx.shape.end());
         shape.insert(shape.end(), x.shape.begin() + static_cast<long>(axis) + 1, x.shape.end());
+        check_size(shape);
         std::size_t outer = 1, inner = 1;
         for (std::size_t i = 0; i < axis; ++i) outer *= static_cast<std::size_t>(x.shape[i]);
         for (std::size_t i = axis + 1; i < x.shape.size(); ++i) inner *= static_cast<std::size_t>(x.shape[i]);
@@ -364,6 +393,7 @@ std::vector<OnnxTensor> fold(const onnx::NodeProto& node, const std::vector<cons
                     throw ShapeError(where + ": input shapes disagree off the axis");
             shape[axis] += t.shape[axis];
         }
+        check_size(shape);
         std::size_t outer = 1, inner = 1;
         for (std::size_t i = 0; i < axis; ++i) outer *= static_cast<std::size_t>(shape[i]);
         for (std::size_t i = axis + 1; i < shape.size(); ++i) inner *= static_cast<std::size_t>(shape[i]);
@@ -380,6 +410,7 @@ std::vector<OnnxTensor> fold(const onnx::NodeProto& node, const std::vector<cons
         const I64 shape = ints_of(arg(0));
         for (auto d : shape)
             if (d < 0) throw ShapeError(where + ": negative dimension " + std::to_string(d));
+        check_size(shape);
         OnnxTensor fill{TP::FLOAT, {}, {0.0}};
         if (const auto* a = find_attr(node, "value")) {
             fill.elem_type = a->t().data_type();
@@ -431,6 +462,7 @@ std::vector<OnnxTensor> fold(const onnx::NodeProto& node, const std::vector<cons
         if (delta == 0) throw ShapeError(where + ": Range with delta 0");
         const double n = std::max(0.0, std::ceil((limit - start) / delta));
         if (n > 1e8) throw ShapeError(where + ": Range of " + std::to_string(n) + " elements is too large");
+        check_size({static_cast<std::int64_t>(n)});
         std::vector<double> v;
         for (std::size_t i = 0; i < static_cast<std::size_t>(n); ++i)
             v.push_back(start + static_cast<double>(i) * delta);
@@ -519,6 +551,7 @@ std::vector<OnnxTensor> fold(const onnx::NodeProto& node, const std::vector<cons
     }
     if (op == "Where") {
         const I64 s = broadcast_shapes(broadcast_shapes(arg(0).shape, arg(1).shape, where), arg(2).shape, where);
+        check_size(s);
         const auto c = broadcast_to(arg(0), s), a = broadcast_to(arg(1), s), b = broadcast_to(arg(2), s);
         std::vector<double> v(c.size());
         for (std::size_t i = 0; i < v.size(); ++i) v[i] = c[i] != 0 ? a[i] : b[i];
@@ -526,6 +559,7 @@ std::vector<OnnxTensor> fold(const onnx::NodeProto& node, const std::vector<cons
     }
     if (op == "Expand") {
         const I64 s = broadcast_shapes(arg(0).shape, ints_of(arg(1)), where);
+        check_size(s);
         return {make(arg(0).elem_type, s, broadcast_to(arg(0), s))};
     }
     if (op == "Trilu") {
@@ -592,6 +626,7 @@ std::vector<OnnxTensor> fold(const onnx::NodeProto& node, const std::vector<cons
         return {make(x.elem_type, keep ? kept_shape : out_shape, acc)};
     }
     // elementwise
+    if (has(0) && has(1)) check_size(broadcast_shapes(arg(0).shape, arg(1).shape, where));
     const int t0 = has(0) ? arg(0).elem_type : TP::FLOAT;
     const bool integral = !is_float(t0);
     if (op == "Add") return {binary(arg(0), arg(1), t0, std::plus<>(), where)};

@@ -15,9 +15,11 @@ namespace attngraph::onnx_fold {
 bool foldable(const std::string& op);
 
 /// Evaluates `node` on constant inputs (nullptr for an absent optional input); throws
-/// attngraph::Error (with `where` in front) on inputs the op rejects.
+/// attngraph::Error (with `where` in front) on inputs the op rejects. An output of more than
+/// `max_elements` elements (0: no limit but what memory can address) is refused with a
+/// ShapeError naming it and its shape before anything is allocated.
 std::vector<OnnxTensor> fold(const onnx::NodeProto& node, const std::vector<const OnnxTensor*>& inputs,
-                             std::int64_t opset, const std::string& where);
+                             std::int64_t opset, const std::string& where, std::size_t max_elements = 0);
 
 /// Rounds every value to what the element type holds (float: to f32; integers: truncated).
 void round_to_type(OnnxTensor& t);
@@ -36,5 +38,8 @@ std::vector<std::int64_t> broadcast_shapes(const std::vector<std::int64_t>& a, c
 std::vector<double> broadcast_to(const OnnxTensor& t, const std::vector<std::int64_t>& shape);
 
 std::size_t count_of(const std::vector<std::int64_t>& shape);
+
+/// The element count of `shape`, SIZE_MAX when it overflows.
+std::size_t count_capped(const std::vector<std::int64_t>& shape);
 
 }  // namespace attngraph::onnx_fold

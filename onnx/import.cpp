@@ -197,7 +197,7 @@ struct TensorReader {
                              (count == SIZE_MAX ? "too many" : std::to_string(count)) +
                              " elements, over the limit of " + std::to_string(max_elements) + " (--max-memory)");
         if (t.data_location() == TP::EXTERNAL) {
-            const std::string raw = external_bytes(t, what, count, word);
+            const std::string raw = external_bytes(t, what, count, word, out.shape, out.elem_type);
             decode_all(raw, out, count, word, what);
         } else if (t.has_raw_data()) {
             decode_all(t.raw_data(), out, count, word, what);
@@ -268,7 +268,8 @@ struct TensorReader {
         for (std::size_t i = 0; i < count; ++i) out.values[i] = decode_raw(p + i * word, out.elem_type);
     }
 
-    std::string external_bytes(const TP& t, const std::string& what, std::size_t count, std::size_t word) const {
+    std::string external_bytes(const TP& t, const std::string& what, std::size_t count, std::size_t word,
+                               const std::vector<std::int64_t>& shape, int elem_type) const {
         std::string location;
         long long offset = 0, length = -1;
         for (const auto& kv : t.external_data()) {
@@ -300,8 +301,12 @@ struct TensorReader {
         in.seekg(0, std::ios::end);
         const long long size = in.tellg();
         const long long need = static_cast<long long>(count * word);
+        if (length >= 0 && length != need)
+            throw GraphError(where + ": " + what + " of shape (" + shape_text(shape) + ") " + type_name(elem_type) +
+                             " needs " + std::to_string(need) + " bytes, its external data length is " +
+                             std::to_string(length) + " (file '" + location + "')");
         if (length < 0) length = need;
-        if (offset < 0 || length != need || offset > size || size - offset < length)
+        if (offset < 0 || offset > size || size - offset < length)
             throw IoError(where + ": " + what + ": external data file '" + location + "' (" + std::to_string(size) +
                           " bytes) does not hold " + std::to_string(need) + " bytes at offset " +
                           std::to_string(offset));
@@ -356,6 +361,10 @@ Shape to_shape(const std::vector<std::int64_t>& s) {
     return {s.begin(), s.end()};
 }
 
+// The newest opset of the default domain whose ops the mapping knows (ONNX 1.22's backend
+// tests, tests/data/onnx/, go up to 25).
+constexpr std::int64_t max_opset = 25;
+
 class Importer {
 public:
     Importer(const fs::path& path, const ImportOptions& options) : m_path(path), m_options(options) {
@@ -367,13 +376,26 @@ public:
 
     ImportedModel run() {
         const onnx::ModelProto model = parse_model(m_path);
+        bool has_opset = false;
         for (const auto& op : model.opset_import())
-            if (op.domain().empty() || op.domain() == "ai.onnx") m_opset = op.version();
+            if (op.domain().empty() || op.domain() == "ai.onnx") {
+                m_opset = op.version();
+                has_opset = true;
+            }
+        // an op's meaning is the one of the newest version at or before the model's opset: a
+        // model without one, or newer than the mapping knows, cannot be read faithfully
+        if (!has_opset)
+            throw GraphError(m_where + ": the model imports no opset of the default ONNX domain ('' or 'ai.onnx')");
+        if (m_opset < 1 || m_opset > max_opset)
+            throw GraphError(m_where + ": opset " + std::to_string(m_opset) +
+                             " of the default ONNX domain is not supported (opsets 1 to " +
+                             std::to_string(max_opset) + ")");
         const auto& g = model.graph();
         m_out.graph = {{"name", sanitize_onnx_name(g.name().empty() ? m_path.stem().string() : g.name())},
                        {"dtype", to_string(m_options.dtype)},
                        {"tensors", json::object()},
                        {"nodes", json::array()}};
+        check_defined_once(g);
         std::set<std::string> inits;
         for (const auto& t : g.initializer()) {
             inits.insert(t.name());
@@ -417,6 +439,36 @@ private:
         for (int k = 1; m_used.count(n); ++k) n = base + "_" + std::to_string(k);
         m_used.insert(n);
         return n;
+    }
+
+    // ONNX graphs are SSA: every name is defined once, by one initializer, graph input or node
+    // output. An initializer may also be listed as a graph input (IR < 4 models list every
+    // initializer so; the initializer is the input's default value).
+    void check_defined_once(const onnx::GraphProto& g) const {
+        std::map<std::string, std::string> definer;
+        const auto define = [&](const std::string& name, const std::string& by) {
+            if (name.empty()) return;  // an absent optional output
+            const auto [it, added] = definer.emplace(name, by);
+            if (!added)
+                throw GraphError(m_where + ": '" + name + "' is defined twice, by " + it->second + " and by " + by +
+                                 " (an ONNX name is defined once)");
+        };
+        std::set<std::string> inits, inputs;
+        for (const auto& t : g.initializer()) {
+            define(t.name(), "initializer '" + t.name() + "'");
+            inits.insert(t.name());
+        }
+        for (const auto& vi : g.input()) {
+            if (!inputs.insert(vi.name()).second)
+                throw GraphError(m_where + ": graph input '" + vi.name() +
+                                 "' is listed twice (an ONNX name is defined once)");
+            if (!inits.count(vi.name())) define(vi.name(), "graph input '" + vi.name() + "'");
+        }
+        for (int i = 0; i < g.node_size(); ++i) {
+            const auto& n = g.node(i);
+            const std::string name = n.name().empty() ? n.op_type() + "_" + std::to_string(i) : n.name();
+            for (const auto& o : n.output()) define(o, "node '" + name + "' (" + n.op_type() + ")");
+        }
     }
 
     // ---- graph building ----
@@ -668,10 +720,16 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
     if (all_const && onnx_fold::foldable(op)) {
         std::vector<const OnnxTensor*> cin;
         for (const auto* v : in) cin.push_back(v ? &v->c : nullptr);
-        auto outs = onnx_fold::fold(node, cin, m_opset, where);
+        // fold checks each output's shape against the limit before allocating it
+        std::vector<OnnxTensor> outs;
+        try {
+            outs = onnx_fold::fold(node, cin, m_opset, where, m_reader.max_elements);
+        } catch (const std::bad_alloc&) {
+            throw ShapeError(where + ": out of memory folding the node; shapes " + shapes_text());
+        } catch (const std::length_error&) {
+            throw ShapeError(where + ": the folded output is too large; shapes " + shapes_text());
+        }
         for (int k = 0; k < node.output_size() && k < static_cast<int>(outs.size()); ++k) {
-            if (m_reader.max_elements && outs[static_cast<std::size_t>(k)].values.size() > m_reader.max_elements)
-                throw ShapeError(where + ": folded output '" + node.output(k) + "' is over the memory limit");
             Value v;
             v.is_const = true;
             v.c = std::move(outs[static_cast<std::size_t>(k)]);

@@ -3,6 +3,8 @@
 // the trace directory.
 #include <boost/test/unit_test.hpp>
 
+#include <sys/stat.h>
+
 #include "engine/error.hpp"
 #include "engine/graph_file.hpp"
 #include "engine/npy.hpp"
@@ -92,6 +94,35 @@ BOOST_AUTO_TEST_CASE(npy_paths_through_the_cli) {
     r = test::run_cli("run out.json --allow-outside-paths", t.graphs);
     BOOST_TEST(r.code == 0, r.err);
     BOOST_TEST(r.out.find("14.000000") != std::string::npos, r.out);  // 2 x 7
+}
+
+// An empty "npy" or "safetensors" path names the tensor (it was an internal filesystem error,
+// exit 3); a FIFO or a directory is refused before it is opened (a FIFO blocked forever).
+BOOST_AUTO_TEST_CASE(empty_paths_and_files_that_are_not_regular_are_refused_naming_the_tensor) {
+    Tree t;
+    const auto expect = [&](const std::string& file, const std::string& message) {
+        const auto r = test::run_cli("check " + file, t.graphs);
+        BOOST_TEST(r.code == 1, file << ": " << r.err);
+        BOOST_TEST(r.err == "error: " + file + ": " + message + "\n", r.err);
+    };
+    t.graph("", "empty.json");
+    expect("empty.json", "tensor 'W': empty npy path");
+    std::ofstream(t.graphs / "empty_st.json")
+        << R"({"tensors": {"W": {"safetensors": "", "key": "w"}}, "nodes": [{"name": "Y", "op": "Scale",)"
+        << R"( "inputs": ["W"], "attrs": {"factor": 2}}]})";
+    expect("empty_st.json", "tensor 'W': empty safetensors path");
+    t.graph("sub", "dir.json");
+    expect("dir.json", "tensor 'W': \"npy\" path 'sub' is not a regular file");
+    // a FIFO: the command runs under `timeout`, so that the old behaviour fails instead of hanging
+    BOOST_TEST_REQUIRE(::mkfifo((t.graphs / "fifo.npy").c_str(), 0600) == 0);
+    t.graph("fifo.npy", "fifo.json");
+    const fs::path err = t.root.path / "fifo.err";
+    const std::string cmd = "cd '" + t.graphs.string() + "' && timeout 20 '" + std::string(ATTNGRAPH_CLI) +
+                            "' check fifo.json >/dev/null 2>'" + err.string() + "' </dev/null";
+    const int status = std::system(cmd.c_str());
+    BOOST_TEST(WIFEXITED(status));
+    BOOST_TEST(WEXITSTATUS(status) == 1);  // timeout's 124 when it hangs
+    BOOST_TEST(test::slurp(err) == "error: fifo.json: tensor 'W': \"npy\" path 'fifo.npy' is not a regular file\n");
 }
 
 BOOST_AUTO_TEST_CASE(valid_names_cannot_name_a_path) {

@@ -398,6 +398,198 @@ BOOST_AUTO_TEST_CASE(a_cast_of_computed_floats_to_bool_and_and) {
     }
 }
 
+// One `error:` line, exit 1, for the command run in `tmp`; the message must hold `part`.
+void expect_one_error(const TempDir& tmp, const std::string& args, const std::string& part) {
+    const CliResult r = run_cli(args, tmp.path);
+    BOOST_TEST(r.code == 1, args << ": " << r.err);
+    BOOST_TEST(r.err.rfind("error: ", 0) == 0, r.err);
+    BOOST_TEST(std::count(r.err.begin(), r.err.end(), '\n') == 1, r.err);
+    BOOST_TEST(r.err.find(part) != std::string::npos, args << ": " << r.err);
+}
+
+// Folding checks an output's shape against --max-memory before it allocates it: a
+// ConstantOfShape of (5000x4000) used to be built in full (324 MB resident under a 60 MB
+// limit) and refused afterwards; (40000x40000) ended in std::bad_alloc and (2^30x2^30) in
+// std::vector's length_error, naming no node. Expand and broadcasting grow values too.
+BOOST_AUTO_TEST_CASE(folding_checks_the_memory_limit_before_allocating) {
+    TempDir tmp;
+    // X (1) + ReduceSum(ConstantOfShape(dims)): folded but for the Add
+    const auto model = [&](const std::string& file, const std::vector<std::int64_t>& dims) {
+        onnx::GraphProto g;
+        add_input(g, "X", {1});
+        auto* shape = g.add_initializer();
+        shape->set_name("dims");
+        shape->set_data_type(TP::INT64);
+        shape->add_dims(static_cast<std::int64_t>(dims.size()));
+        for (auto d : dims) shape->add_int64_data(d);
+        add_node(g, "ConstantOfShape", {"dims"}, {"c"}, "/fill");
+        add_node(g, "ReduceSum", {"c"}, {"s"}, "/sum");
+        add_node(g, "Add", {"X", "s"}, {"Y"}, "/add");
+        add_output(g, "Y");
+        write(model_of(g), tmp.path / file);
+    };
+    model("small.onnx", {50, 40});
+    const CliResult ok = run_cli("check small.onnx --max-memory 60M", tmp.path);
+    BOOST_TEST(ok.code == 0, ok.err);
+    model("fill.onnx", {5000, 4000});
+    expect_one_error(tmp, "check fill.onnx --max-memory 60M",
+                     "fill.onnx: node '/fill' (ConstantOfShape): output 'c' of shape (5000x4000) has 20000000 "
+                     "elements, over the limit of 15728640 (--max-memory)");
+    model("huge.onnx", {40000, 40000});
+    expect_one_error(tmp, "check huge.onnx --max-memory 60M",
+                     "huge.onnx: node '/fill' (ConstantOfShape): output 'c' of shape (40000x40000) has 1600000000 "
+                     "elements, over the limit of 15728640 (--max-memory)");
+    model("vast.onnx", {1 << 30, 1 << 30});  // no --max-memory: the default, half the machine's memory
+    expect_one_error(tmp, "check vast.onnx",
+                     "vast.onnx: node '/fill' (ConstantOfShape): output 'c' of shape (1073741824x1073741824) has "
+                     "1152921504606846976 elements, over the limit of ");
+    model("overflow.onnx", {std::int64_t(1) << 40, std::int64_t(1) << 40});
+    expect_one_error(tmp, "check overflow.onnx",
+                     "node '/fill' (ConstantOfShape): output 'c' of shape (1099511627776x1099511627776) has too many "
+                     "elements, over the limit of ");
+    // Expand of a scalar and a broadcast Add of a row and a column
+    {
+        onnx::GraphProto g;
+        add_input(g, "X", {1});
+        add_init(g, "one", {}, {1.0f});
+        auto* shape = g.add_initializer();
+        shape->set_name("dims");
+        shape->set_data_type(TP::INT64);
+        shape->add_dims(2);
+        shape->add_int64_data(40000);
+        shape->add_int64_data(40000);
+        add_node(g, "Expand", {"one", "dims"}, {"e"}, "/expand");
+        add_node(g, "Add", {"X", "e"}, {"Y"}, "/add");
+        add_output(g, "Y");
+        write(model_of(g), tmp.path / "expand.onnx");
+        expect_one_error(tmp, "check expand.onnx --max-memory 60M",
+                         "expand.onnx: node '/expand' (Expand): output 'e' of shape (40000x40000) has 1600000000 "
+                         "elements, over the limit of 15728640 (--max-memory)");
+        onnx::GraphProto h;
+        add_input(h, "X", {1});
+        add_init(h, "row", {1, 40000}, std::vector<float>(40000, 1.0f));
+        add_init(h, "col", {40000, 1}, std::vector<float>(40000, 2.0f));
+        add_node(h, "Mul", {"row", "col"}, {"outer"}, "/outer");
+        add_node(h, "Add", {"X", "outer"}, {"Y"}, "/add");
+        add_output(h, "Y");
+        write(model_of(h), tmp.path / "outer.onnx");
+        expect_one_error(tmp, "check outer.onnx --max-memory 60M",
+                         "outer.onnx: node '/outer' (Mul): output 'outer' of shape (40000x40000) has 1600000000 "
+                         "elements, over the limit of 15728640 (--max-memory)");
+    }
+}
+
+// ONNX graphs are SSA: a name defined twice (two node outputs, a node output shadowing a graph
+// input, two initializers, an input listed twice) was accepted, the last definition winning.
+// An initializer also listed as a graph input (IR < 4 models) is legal: its value is used.
+BOOST_AUTO_TEST_CASE(names_defined_twice_are_refused_naming_both_definers) {
+    TempDir tmp;
+    {
+        onnx::GraphProto g;
+        add_input(g, "X", {2});
+        add_node(g, "Neg", {"X"}, {"a"}, "first");
+        add_node(g, "Exp", {"X"}, {"a"}, "second");
+        add_node(g, "Add", {"a", "a"}, {"Y"}, "sum");
+        add_output(g, "Y");
+        write(model_of(g), tmp.path / "nodes.onnx");
+        expect_one_error(tmp, "check nodes.onnx",
+                         "nodes.onnx: 'a' is defined twice, by node 'first' (Neg) and by node 'second' (Exp) (an "
+                         "ONNX name is defined once)");
+    }
+    {
+        onnx::GraphProto g;
+        add_input(g, "X", {2});
+        add_node(g, "Neg", {"X"}, {"X"}, "shadow");
+        add_node(g, "Exp", {"X"}, {"Y"}, "exp");
+        add_output(g, "Y");
+        write(model_of(g), tmp.path / "shadow.onnx");
+        expect_one_error(tmp, "check shadow.onnx",
+                         "shadow.onnx: 'X' is defined twice, by graph input 'X' and by node 'shadow' (Neg)");
+    }
+    {
+        onnx::GraphProto g;
+        add_input(g, "X", {2});
+        add_init(g, "B", {2}, {1, 2});
+        add_init(g, "B", {2}, {3, 4});
+        add_node(g, "Add", {"X", "B"}, {"Y"}, "add");
+        add_output(g, "Y");
+        write(model_of(g), tmp.path / "inits.onnx");
+        expect_one_error(tmp, "check inits.onnx",
+                         "inits.onnx: 'B' is defined twice, by initializer 'B' and by initializer 'B'");
+    }
+    {
+        onnx::GraphProto g;
+        add_input(g, "X", {2});
+        add_input(g, "X", {2});
+        add_node(g, "Neg", {"X"}, {"Y"}, "neg");
+        add_output(g, "Y");
+        write(model_of(g), tmp.path / "inputs.onnx");
+        expect_one_error(tmp, "check inputs.onnx", "inputs.onnx: graph input 'X' is listed twice");
+    }
+    // legal: B is an initializer and a graph input; the initializer is its value
+    onnx::GraphProto g;
+    add_input(g, "X", {2});
+    add_input(g, "B", {2});
+    add_init(g, "B", {2}, {1.5f, -2.0f});
+    add_node(g, "Add", {"X", "B"}, {"Y"}, "add");
+    add_output(g, "Y");
+    write(model_of(g), tmp.path / "default.onnx");
+    save_npy(tmp.path / "x.npy", Tensor(Array<float>{10.0f, 20.0f}));
+    const CliResult r = run_cli("run default.onnx --input X=x.npy --trace t", tmp.path);
+    BOOST_TEST_REQUIRE(r.code == 0, r.err);
+    const Tensor y = load_npy(tmp.path / "t" / "Y.npy");
+    BOOST_TEST(y.at_flat(0) == 11.5);
+    BOOST_TEST(y.at_flat(1) == 18.0);
+}
+
+// The default domain's opset decides what every op means: a model without one, or newer than
+// the mapping knows, is refused (it was read as opset 1, or as if its ops had not changed).
+// An external data `length` that disagrees with the tensor names both sizes.
+BOOST_AUTO_TEST_CASE(opset_imports_and_external_data_lengths_are_checked) {
+    TempDir tmp;
+    onnx::GraphProto g;
+    add_input(g, "X", {2});
+    add_node(g, "Neg", {"X"}, {"Y"}, "neg");
+    add_output(g, "Y");
+    onnx::ModelProto none = model_of(g);
+    none.clear_opset_import();
+    none.add_opset_import()->set_domain("com.microsoft");
+    write(none, tmp.path / "none.onnx");
+    expect_one_error(tmp, "check none.onnx",
+                     "none.onnx: the model imports no opset of the default ONNX domain ('' or 'ai.onnx')");
+    onnx::ModelProto future = model_of(g);
+    future.mutable_opset_import(0)->set_version(26);
+    write(future, tmp.path / "future.onnx");
+    expect_one_error(tmp, "check future.onnx",
+                     "future.onnx: opset 26 of the default ONNX domain is not supported (opsets 1 to 25)");
+    onnx::ModelProto newest = model_of(g);
+    newest.mutable_opset_import(0)->set_domain("ai.onnx");
+    newest.mutable_opset_import(0)->set_version(25);
+    write(newest, tmp.path / "newest.onnx");
+    const CliResult ok = run_cli("check newest.onnx", tmp.path);
+    BOOST_TEST(ok.code == 0, ok.err);
+
+    onnx::GraphProto h;
+    add_input(h, "X", {3});
+    auto* t = h.add_initializer();
+    t->set_name("B");
+    t->set_data_type(TP::FLOAT);
+    t->add_dims(3);
+    t->set_data_location(TP::EXTERNAL);
+    for (const auto& [k, v] : {std::pair<const char*, const char*>{"location", "w.bin"}, {"length", "48"}}) {
+        auto* kv = t->add_external_data();
+        kv->set_key(k);
+        kv->set_value(v);
+    }
+    add_node(h, "Add", {"X", "B"}, {"Y"}, "add");
+    add_output(h, "Y");
+    write(model_of(h), tmp.path / "length.onnx");
+    std::ofstream(tmp.path / "w.bin", std::ios::binary) << std::string(48, '\0');
+    expect_one_error(tmp, "check length.onnx",
+                     "length.onnx: initializer 'B' of shape (3) float needs 12 bytes, its external data length is 48 "
+                     "(file 'w.bin')");
+}
+
 BOOST_AUTO_TEST_SUITE_END()
 
 // An imported Attention node expands into the named steps of ops/attention.cpp (<node>.S_raw,
