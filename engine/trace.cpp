@@ -435,6 +435,21 @@ static void remove_stale_temporaries(const fs::path& parent, const std::string& 
     }
 }
 
+// ".NAME": the hidden name beside `target` its temporaries start with ("." + name as a
+// std::string first: GCC 12 warns (-Wrestrict) on "literal" + std::string)
+static std::string hidden_name(const fs::path& target) {
+    std::string hidden = ".";
+    hidden += target.filename().string();
+    return hidden;
+}
+
+// ".NAME.tmp-PID-N" beside `target`: what remove_stale_temporaries clears once PID is gone
+static fs::path temporary_beside(const fs::path& target) {
+    std::random_device rd;
+    return target.parent_path() /
+           (hidden_name(target) + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(rd() % 1000000));
+}
+
 void write_directory_atomically(const fs::path& dir, bool force, const std::function<void(const fs::path&)>& fill) {
     check_output_dir(dir, force);
     const fs::path target = output_target(dir);
@@ -443,12 +458,8 @@ void write_directory_atomically(const fs::path& dir, bool force, const std::func
     fs::create_directories(parent, ec);
     if (ec) throw IoError(parent.string() + ": cannot create (" + ec.message() + ")");
     remove_stale_temporaries(parent, target.filename().string());
-    std::random_device rd;
-    // "." + name as a std::string first: GCC 12 warns (-Wrestrict) on "literal" + std::string
-    std::string hidden = ".";
-    hidden += target.filename().string();
-    const fs::path tmp =
-        parent / (hidden + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(rd() % 1000000));
+    const std::string hidden = hidden_name(target);
+    const fs::path tmp = temporary_beside(target);
     fs::create_directory(tmp, ec);
     if (ec) throw IoError(tmp.string() + ": cannot create (" + ec.message() + ")");
     try {
@@ -488,11 +499,7 @@ void write_file_atomically(const fs::path& path, const std::string& bytes) {
     const fs::path target = fs::absolute(path);
     const fs::path parent = target.parent_path();
     remove_stale_temporaries(parent, target.filename().string());
-    std::random_device rd;
-    std::string hidden = ".";
-    hidden += target.filename().string();
-    const fs::path tmp =
-        parent / (hidden + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(rd() % 1000000));
+    const fs::path tmp = temporary_beside(target);
     // O_EXCL | O_NOFOLLOW: never truncate or write through a file or symlink already there
     const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
     if (fd < 0) throw IoError(path.string() + ": cannot create (" + std::strerror(errno) + ")");
