@@ -4,6 +4,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -47,6 +48,15 @@ std::string header_of(std::istream& in, const std::string& where) {
 // refuse a header without a '{...}' dictionary or with an empty or malformed shape tuple
 // before it gets there (and a size it would silently read as 0, like "(abc,)").
 void check_header_text(const std::string& header, const std::string& where) {
+    // a control byte (a NUL in 'descr') would also cut this error's own line short
+    for (std::size_t i = 0; i + 1 < header.size(); ++i) {
+        const auto c = static_cast<unsigned char>(header[i]);
+        if (c < 0x20 || c == 0x7f) {
+            char hex[8];
+            std::snprintf(hex, sizeof hex, "0x%02x", c);
+            throw IoError(where + ": bad header (control byte " + hex + " at offset " + std::to_string(i) + ")");
+        }
+    }
     std::string h;
     for (char c : header)
         if (c != ' ') h += c;

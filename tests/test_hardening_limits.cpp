@@ -196,6 +196,14 @@ BOOST_AUTO_TEST_CASE(malformed_npy_headers_are_refused) {
     std::string v9 = npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }", 8);
     v9[6] = 9;
     BOOST_TEST(contains(npy_error(v9), "unsupported .npy version 9"));
+    // a NUL in 'descr' cut the error line at it ("dtype '<f4"): control bytes are refused by
+    // offset, and the whole message is one printable line
+    const std::string nul =
+        npy_error(npy_bytes(std::string("{'descr': '<f4") + '\0' + "x', 'fortran_order': False, 'shape': (2,), }", 8));
+    BOOST_TEST(contains(nul, "bad header (control byte 0x00 at offset 14)"), nul);
+    BOOST_TEST(nul.find('\0') == std::string::npos);
+    BOOST_TEST(contains(npy_error(npy_bytes("{'descr': '<f4', 'fortran_order': False,\t'shape': (2,), }", 8)),
+                        "bad header (control byte 0x09 at offset 40)"));  // numpy writes spaces
 }
 
 // ---- no deep recursion ---------------------------------------------------------------------
