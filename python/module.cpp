@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <sstream>
 
@@ -83,6 +84,24 @@ Tensor from_numpy(const py::handle& obj, DType dtype, const std::string& what, s
         Array<float> arr = Array<float>::from_shape(shape);
         std::copy(a.data(), a.data() + a.size(), arr.data());
         return Tensor(std::move(arr)).cast(dtype);
+    }
+    if (kind == 'i' || kind == 'u') {  // as an .npy file's integers: only those the dtype holds exactly
+        const std::uint64_t limit = std::uint64_t(1) << (dtype == DType::f32 ? 24 : 53);
+        auto check = [&](auto typed) {
+            for (py::ssize_t i = 0; i < typed.size(); ++i) {
+                const auto v = typed.data()[i];
+                const std::uint64_t magnitude = v < 0 ? std::uint64_t(0) - static_cast<std::uint64_t>(v)
+                                                      : static_cast<std::uint64_t>(v);
+                if (magnitude > limit)
+                    throw GraphError(what + ": integer " + std::to_string(v) + " at flat index " + std::to_string(i) +
+                                     " is beyond 2^" + (dtype == DType::f32 ? "24" : "53") +
+                                     " and cannot be held exactly in " + to_string(dtype));
+            }
+        };
+        if (kind == 'i')
+            check(py::array_t<std::int64_t, py::array::c_style | py::array::forcecast>::ensure(any));
+        else
+            check(py::array_t<std::uint64_t, py::array::c_style | py::array::forcecast>::ensure(any));
     }
     auto a = py::array_t<double, py::array::c_style | py::array::forcecast>::ensure(any);
     Array<double> arr = Array<double>::from_shape(shape);

@@ -199,6 +199,22 @@ BOOST_AUTO_TEST_CASE(data_beyond_f32s_range_is_refused_in_f32) {
     f64.dtype = DType::f64;
     const Graph g = parse_graph(text, ".", "big.json", f64);
     BOOST_TEST(g.value(g.at("X")).data->at_flat(2) == -1e39);
+    // an integer f32 cannot hold exactly, as in an .npy file; 2^24 itself and 1e30 written as a
+    // float (rounded, as floats are) pass
+    const std::string ints = R"({"tensors": {"X": {"kind": "input", "data": [[16777216, 1e30, -16777217]]}},
+        "nodes": [{"name": "Y", "op": "Scale", "inputs": ["X"], "attrs": {"factor": 2}}]})";
+    std::string ie;
+    try {
+        parse_graph(ints, ".", "ints.json");
+    } catch (const GraphError& err) {
+        ie = err.what();
+    }
+    BOOST_TEST(ie.find("ints.json: tensor 'X': \"data\" integer -16777217 at flat index 2 is beyond 2^24 and cannot "
+                       "be held exactly in f32") != std::string::npos,
+               ie);
+    const Graph gi = parse_graph(ints, ".", "ints.json", f64);
+    BOOST_TEST(gi.value(gi.at("X")).data->at_flat(2) == -16777217.0);
+    BOOST_TEST(gi.value(gi.at("X")).data->at_flat(0) == 16777216.0);
 }
 
 // 0-length axes follow numpy: (0x4)·(4x2) is (0x2), a k = 0 product is all zeros.

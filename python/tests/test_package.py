@@ -474,3 +474,13 @@ def test_floats_beyond_f32s_range_are_refused(seed_path, seed_values):
     assert np.isinf(g.run({"X": edge}, trace=["X"])["X"][0, 0])
     x64 = attngraph.load(seed_path, dtype="f64").run({"X": big}, trace=["X"])["X"]  # f64 holds it
     assert x64.dtype == np.float64 and x64[1, 2] == -1e39
+    # integers the dtype cannot hold exactly, as in an .npy file: beyond 2^24 in f32, 2^53 in f64
+    ints = np.full((3, 4), 2**24, np.int64)
+    assert g.run({"X": ints}, trace=["X"])["X"][2, 3] == 2**24
+    ints[2, 3] = -(2**24) - 1
+    with pytest.raises(attngraph.GraphError, match=r"input X: integer -16777217 at flat index 11 is beyond 2\^24"):
+        g.run({"X": ints})
+    g64 = attngraph.load(seed_path, dtype="f64")
+    assert g64.run({"X": ints}, trace=["X"])["X"][2, 3] == -(2**24) - 1
+    with pytest.raises(attngraph.GraphError, match=r"integer 9007199254740993 at flat index 0 is beyond 2\^53"):
+        g64.run({"X": np.full((3, 4), 2**53 + 1, np.uint64)})
