@@ -6,6 +6,7 @@
 
 #include <xsimd/xsimd.hpp>
 
+#include "engine/simd_exp.hpp"
 #include "engine/softmax_kernel.hpp"
 
 namespace attngraph::softmax_detail {
@@ -14,15 +15,9 @@ namespace attngraph::softmax_detail {
 // y *= 1/sum. The tail (len % lanes) goes through a padded batch so every value takes the
 // same exp.
 //
-// exp's argument is clamped at -1000: xsimd's exp converts its reduced argument to an integer,
-// which for -inf (a masked score, the tail's padding) or a huge negative difference is
-// undefined behaviour. exp(-1000) is 0 in float and double, as exp(-inf) is, so the clamp
-// changes no result; a NaN passes through (NaN < lo is false).
-template <class B>
-B exp_arg(const B& d) {
-    const B lo = B::broadcast(typename B::value_type(-1000));
-    return xsimd::select(d < lo, lo, d);
-}
+// exp through simd_exp (engine/simd_exp.hpp): -inf (a masked score, the tail's padding), a
+// huge negative difference and NaN take no undefined path through xsimd's exp, and every
+// argument in [-1000, 0] (all the others here) gives xsimd::exp's bits.
 
 // What a row whose maximum is -inf gives: 0 when every value is -inf (a fully masked row), NaN
 // when one is NaN (the maximum passes NaN by; numpy and PyTorch give NaN there).
@@ -54,7 +49,7 @@ void softmax_short_row(const T* x, T* y, std::size_t len, T scale, bool scaled) 
         return;
     }
     for (std::size_t i = len; i < lanes; ++i) part[i] = neg_inf;
-    xsimd::exp(exp_arg(B::load_aligned(part) - B::broadcast(mx))).store_aligned(part);
+    simd_exp(B::load_aligned(part) - B::broadcast(mx)).store_aligned(part);
     T sum = T(0);
     for (std::size_t i = 0; i < len; ++i) sum += part[i];
     const T inv = T(1) / sum;
@@ -95,14 +90,14 @@ void softmax_row(const T* x, T* y, std::size_t len, T scale, bool scaled) {
     const B vmx = B::broadcast(mx);
     B vsum = B::broadcast(T(0));
     for (std::size_t i = 0; i < body; i += lanes) {
-        const B e = xsimd::exp(exp_arg(B::load_unaligned(y + i) - vmx));
+        const B e = simd_exp(B::load_unaligned(y + i) - vmx);
         e.store_unaligned(y + i);
         vsum += e;
     }
     T sum = xsimd::hadd(vsum);
     if (body < len) {
         for (std::size_t i = 0; i < lanes; ++i) tail[i] = body + i < len ? y[body + i] : neg_inf;
-        const B e = xsimd::exp(exp_arg(B::load_aligned(tail) - vmx));
+        const B e = simd_exp(B::load_aligned(tail) - vmx);
         e.store_aligned(tail);
         for (std::size_t i = body; i < len; ++i) {
             y[i] = tail[i - body];
@@ -201,18 +196,18 @@ void softmax_span_row(const T* x, T* y, std::size_t first, std::size_t end, std:
     B vsum = B::broadcast(T(0));
     for (std::size_t a = a0; a < body_end; a += lanes) {
         if (whole(a)) {
-            const B e = xsimd::exp(exp_arg(B::load_unaligned(y + (a - first)) - vmx));
+            const B e = simd_exp(B::load_unaligned(y + (a - first)) - vmx);
             e.store_unaligned(y + (a - first));
             vsum += e;
         } else {
-            const B e = xsimd::exp(exp_arg(load_part(y, a, false) - vmx));
+            const B e = simd_exp(load_part(y, a, false) - vmx);
             store_part(e, y, a);
             vsum += e;
         }
     }
     if (last_batch) {  // after the span's batches, as softmax_row's last batch
         const std::size_t a = last_col - last_col % lanes;
-        const B e = xsimd::exp(exp_arg(load_part(y, a, false) - vmx));
+        const B e = simd_exp(load_part(y, a, false) - vmx);
         store_part(e, y, a);
         vsum += e;
     }
@@ -222,7 +217,7 @@ void softmax_span_row(const T* x, T* y, std::size_t first, std::size_t end, std:
             const std::size_t c = body + k;
             part[k] = c >= first && c < end ? y[c - first] : last && c == last_col ? last_v : neg_inf;
         }
-        const B e = xsimd::exp(exp_arg(B::load_aligned(part) - vmx));
+        const B e = simd_exp(B::load_aligned(part) - vmx);
         e.store_aligned(part);
         for (std::size_t c = first > body ? first : body; c < end; ++c) {
             y[c - first] = part[c - body];

@@ -36,13 +36,20 @@ std::size_t element_count(const Shape& shape) {
 }
 
 std::size_t element_count_capped(const Shape& shape) {
+    // the product of the non-zero sizes: xtensor's strides multiply them as signed longs even
+    // when a 0 makes the tensor empty, so an empty shape whose other sizes overflow that is
+    // refused as too large too
     std::size_t n = 1;
-    for (auto d : shape)
-        if (d == 0) return 0;
+    bool empty = false;
     for (auto d : shape) {
+        if (d == 0) {
+            empty = true;
+            continue;
+        }
         if (n > SIZE_MAX / d) return SIZE_MAX;
         n *= d;
     }
+    if (empty) return n > static_cast<std::size_t>(PTRDIFF_MAX) ? SIZE_MAX : 0;
     return n;
 }
 

@@ -29,7 +29,8 @@ DType parse_dtype(const std::string& text);   // throws GraphError
 std::string shape_str(const Shape& shape);
 /// Number of elements of a shape (1 for a scalar).
 std::size_t element_count(const Shape& shape);
-/// Number of elements, or SIZE_MAX when the product does not fit in std::size_t.
+/// Number of elements, or SIZE_MAX when the product does not fit in std::size_t (also for an
+/// empty shape whose non-zero sizes multiply past PTRDIFF_MAX: its strides would overflow).
 std::size_t element_count_capped(const Shape& shape);
 
 /// @brief A float32 or float64 xtensor array.

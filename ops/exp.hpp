@@ -1,5 +1,6 @@
 // Exp: y = e^x. Elementwise; x and y have one shape.
 #pragma once
+#include "engine/simd_exp.hpp"
 #include "ops/elementwise.hpp"
 
 namespace attngraph::ops {
@@ -17,7 +18,7 @@ struct Exp : UnaryOp<Exp, ExpAttrs> {
 
     template <class B>
     static B apply(const Attrs&, const B& x) {
-        return xsimd::exp(x);
+        return simd_exp(x);  // (NaN, ±inf: no undefined path through xsimd::exp)
     }
     // in the forward pass this was: y = e^x. dx += dy · y
     template <class T>
