@@ -56,23 +56,27 @@ Shape shape_of_data(const json& data) {
     return s;
 }
 
-// (an integer of magnitude beyond 2^`exact_bits` cannot be held exactly in the graph's dtype:
-// refused, as in an .npy file)
+// Values the graph's dtype cannot hold are refused, as in an .npy file: an integer beyond
+// 2^24 (f32) or 2^53 (f64), a finite number beyond f32's range in f32 (it would become inf).
 void flatten(const json& data, const Shape& shape, std::size_t axis, std::vector<double>& out,
-             const std::string& where, int exact_bits) {
+             const std::string& where, DType dtype) {
     if (axis == shape.size()) {
         const double v = number_of(data, where);
+        const int exact_bits = dtype == DType::f32 ? 24 : 53;
+        const auto at = [&] { return " at flat index " + std::to_string(out.size()); };
         if (data.is_number_integer() && std::abs(v) > std::ldexp(1.0, exact_bits))
-            throw GraphError(where + ": \"data\" integer " + data.dump() + " at flat index " +
-                             std::to_string(out.size()) + " is beyond 2^" + std::to_string(exact_bits) +
-                             " and cannot be held exactly in " + (exact_bits == 24 ? "f32" : "f64"));
+            throw GraphError(where + ": \"data\" integer " + data.dump() + at() + " is beyond 2^" +
+                             std::to_string(exact_bits) + " and cannot be held exactly in " + to_string(dtype));
+        if (dtype == DType::f32 && std::isfinite(v) && std::abs(v) > std::numeric_limits<float>::max())
+            throw GraphError(where + ": \"data\" value " + (std::ostringstream() << v).str() + at() +
+                             " is beyond f32's range (it would become infinite)");
         out.push_back(v);
         return;
     }
     if (!data.is_array() || data.size() != shape[axis])
         throw GraphError(where + ": \"data\" does not agree with shape (" + shape_str(shape) + ") on axis " +
                          std::to_string(axis));
-    for (const auto& item : data) flatten(item, shape, axis + 1, out, where, exact_bits);
+    for (const auto& item : data) flatten(item, shape, axis + 1, out, where, dtype);
 }
 
 void check_elements(const Shape& s, const std::string& where, std::size_t max_elements) {
@@ -268,12 +272,7 @@ Graph graph_from_document(const json& doc, const fs::path& base_dir, const std::
                 check_elements(s, where, max_elements);
                 std::vector<double> flat;
                 flat.reserve(element_count(s));
-                flatten(spec["data"], s, 0, flat, where, dtype == DType::f32 ? 24 : 53);
-                for (std::size_t i = 0; dtype == DType::f32 && i < flat.size(); ++i)
-                    if (std::isfinite(flat[i]) && std::abs(flat[i]) > std::numeric_limits<float>::max())
-                        throw GraphError(where + ": \"data\" value " + (std::ostringstream() << flat[i]).str() +
-                                         " at flat index " + std::to_string(i) +
-                                         " is beyond f32's range (it would become infinite)");
+                flatten(spec["data"], s, 0, flat, where, dtype);
                 t = make_tensor(s, flat, dtype);
             } else {
                 if (!spec["npy"].is_string()) throw GraphError(where + ": \"npy\" must be a path string");

@@ -186,12 +186,15 @@ BOOST_AUTO_TEST_CASE(nan_data_is_accepted_and_check_finite_flags_it) {
 BOOST_AUTO_TEST_CASE(data_beyond_f32s_range_is_refused_in_f32) {
     const std::string text = R"({"tensors": {"X": {"kind": "input", "data": [[1, "Infinity", -1e39]]}},
         "nodes": [{"name": "Y", "op": "Scale", "inputs": ["X"], "attrs": {"factor": 2}}]})";
-    std::string e;
-    try {
-        parse_graph(text, ".", "big.json");
-    } catch (const GraphError& err) {
-        e = err.what();
-    }
+    const auto error_of = [](const std::string& graph, const char* origin) {
+        try {
+            parse_graph(graph, ".", origin);
+        } catch (const GraphError& err) {
+            return std::string(err.what());
+        }
+        return std::string();
+    };
+    const std::string e = error_of(text, "big.json");
     BOOST_TEST(e.find("big.json: tensor 'X': \"data\" value -1e+39 at flat index 2 is beyond f32's range") !=
                    std::string::npos,
                e);
@@ -203,12 +206,7 @@ BOOST_AUTO_TEST_CASE(data_beyond_f32s_range_is_refused_in_f32) {
     // float (rounded, as floats are) pass
     const std::string ints = R"({"tensors": {"X": {"kind": "input", "data": [[16777216, 1e30, -16777217]]}},
         "nodes": [{"name": "Y", "op": "Scale", "inputs": ["X"], "attrs": {"factor": 2}}]})";
-    std::string ie;
-    try {
-        parse_graph(ints, ".", "ints.json");
-    } catch (const GraphError& err) {
-        ie = err.what();
-    }
+    const std::string ie = error_of(ints, "ints.json");
     BOOST_TEST(ie.find("ints.json: tensor 'X': \"data\" integer -16777217 at flat index 2 is beyond 2^24 and cannot "
                        "be held exactly in f32") != std::string::npos,
                ie);
