@@ -13,6 +13,7 @@
 #include <tbb/task_arena.h>
 
 #include "engine/fused_attention.hpp"
+#include "engine/stream_store.hpp"
 #include "graphs/mha.hpp"
 
 using namespace attngraph;
@@ -138,6 +139,42 @@ static void BM_FusedAttentionGatheredBias(benchmark::State& state) {
 static void BM_FusedAttentionProductBiasCausal(benchmark::State& state) {
     fused(state, Chain::product);
 }
+
+// How a traced value is written (AttentionKernel::write): a block of 128 rows of 1024 scores,
+// in the cache, copied row by row into the next 512 KiB of a destination of `range(0)` MiB
+// that is reused from one pass to the next, by ordinary or by streaming stores
+// (engine/stream_store.hpp). Bytes/s counts the bytes written.
+void traced_write(benchmark::State& state, bool stream) {
+    constexpr std::size_t rows = 128, width = 1024, block = rows * width;
+    const std::size_t total = static_cast<std::size_t>(state.range(0)) << 20 >> 2;
+    const Array<float> scores = graphs::random_tensor({rows, width}, DType::f32, 5).as<float>();
+    Array<float> out = uninitialized<float>({total});
+    std::fill(out.begin(), out.end(), 0.0f);
+    std::size_t at = 0;
+    for (auto _ : state) {
+        float* to = out.data() + at;
+        for (std::size_t r = 0; r < rows; ++r) {
+            const float* from = scores.data() + r * width;
+            if (stream)
+                stream_copy(from, width, to + r * width);
+            else
+                std::copy(from, from + width, to + r * width);
+        }
+        if (stream) stream_fence();
+        benchmark::DoNotOptimize(out.data());
+        at = at + 2 * block <= total ? at + block : 0;
+    }
+    state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * block * sizeof(float)));
+}
+
+static void BM_TracedWriteCopy(benchmark::State& state) {
+    traced_write(state, false);
+}
+static void BM_TracedWriteStream(benchmark::State& state) {
+    traced_write(state, true);
+}
+BENCHMARK(BM_TracedWriteCopy)->Arg(16)->Arg(256)->ArgName("MiB");
+BENCHMARK(BM_TracedWriteStream)->Arg(16)->Arg(256)->ArgName("MiB");
 
 static void sizes(benchmark::internal::Benchmark* b) {
     for (int threads : {1, 2})

@@ -8,6 +8,7 @@
 
 #include "engine/parallel.hpp"
 #include "engine/softmax_kernel.hpp"
+#include "engine/stream_store.hpp"
 #include "ops/common.hpp"
 #include "ops/gather.hpp"
 #include "ops/mul.hpp"
@@ -252,21 +253,39 @@ void AttentionKernel<T>::write(const std::vector<int>& slots, Out<T> kept, const
                                std::size_t ld, std::size_t c0, std::size_t level, T fill, const T* last) const {
     const std::size_t m = m_spec.m, width = last ? m + 1 : m;
     if (kept.empty()) return;  // weights() for a recomputation: nothing to write
+    bool streamed = false;
     for (int slot : slots) {
-        T* out = kept[static_cast<std::size_t>(slot)]->data() + (blk.b * m_spec.n + blk.r0) * width;
+        Array<T>& value = *kept[static_cast<std::size_t>(slot)];
+        // a value beyond the cache goes to memory by streaming stores (engine/stream_store.hpp)
+        const bool stream = streams(value.size() * sizeof(T));
+        streamed = streamed || stream;
+        auto put = [stream](const T* from, std::size_t count, T* to) {
+            if (stream)
+                stream_copy(from, count, to);
+            else
+                std::copy(from, from + count, to);
+        };
+        auto fill_with = [stream, fill](T* to, std::size_t count) {
+            if (stream)
+                stream_fill(to, count, fill);
+            else
+                std::fill(to, to + count, fill);
+        };
+        T* out = value.data() + (blk.b * m_spec.n + blk.r0) * width;
         for (std::size_t r = 0; r < blk.rows; ++r) {
             const Span sp = span(level, blk.b, blk.r0 + r);
             T* row = out + r * width;
             if (last) row[m] = last[r];
             if (sp.lo == sp.hi) {
-                std::fill(row, row + m, fill);
+                fill_with(row, m);
                 continue;
             }
-            std::fill(row, row + sp.lo, fill);
-            std::copy(s + r * ld + (sp.lo - c0), s + r * ld + (sp.hi - c0), row + sp.lo);
-            std::fill(row + sp.hi, row + m, fill);
+            fill_with(row, sp.lo);
+            put(s + r * ld + (sp.lo - c0), sp.hi - sp.lo, row + sp.lo);
+            fill_with(row + sp.hi, m - sp.hi);
         }
     }
+    if (streamed) stream_fence();  // before the task returns and another thread reads the value
 }
 
 // The block's sink logits into `column`, each row's by its nodes' arithmetic: S_first =

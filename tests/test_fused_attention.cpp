@@ -17,6 +17,7 @@
 #include "engine/executor.hpp"
 #include "engine/optimize.hpp"
 #include "engine/softmax_kernel.hpp"
+#include "engine/stream_store.hpp"
 #include "graphs/mha.hpp"
 #include "graphs/variants.hpp"
 #include "ops/attention.hpp"
@@ -718,6 +719,59 @@ BOOST_AUTO_TEST_CASE(sinks_causal_window_and_padding) {
                 if (p < 0 || (window && p >= window)) return -inf;
                 if (!lengths.empty() && static_cast<int>(j) >= lengths[b]) return -inf;
                 return factor * raw;
+            };
+            check_case(c);
+        }
+    }
+}
+
+// stream_copy and stream_fill against std::copy and std::fill: every start off a 16-byte
+// boundary, every length around the vector width, NaN and -0.0 bits included.
+template <class T>
+void check_stream_stores() {
+    std::vector<T> from(64);
+    for (std::size_t i = 0; i < from.size(); ++i) from[i] = static_cast<T>(std::sin(1.3 * static_cast<double>(i)));
+    from[5] = std::numeric_limits<T>::quiet_NaN(), from[6] = T(-0.0), from[7] = -std::numeric_limits<T>::infinity();
+    alignas(64) T got[80], want[80];
+    for (std::size_t offset = 0; offset < 8; ++offset)
+        for (std::size_t count = 0; count <= 40; ++count) {
+            BOOST_TEST_CONTEXT("offset " << offset << " count " << count) {
+                std::fill(std::begin(got), std::end(got), T(7)), std::fill(std::begin(want), std::end(want), T(7));
+                stream_copy(from.data() + offset, count, got + offset);
+                stream_fence();
+                std::copy(from.data() + offset, from.data() + offset + count, want + offset);
+                BOOST_TEST(std::memcmp(got, want, sizeof got) == 0);
+                stream_fill(got + offset, count, T(-0.0));
+                stream_fence();
+                std::fill(want + offset, want + offset + count, T(-0.0));
+                BOOST_TEST(std::memcmp(got, want, sizeof got) == 0);
+            }
+        }
+}
+
+BOOST_AUTO_TEST_CASE(stream_stores_copy_and_fill_every_bit) {
+    check_stream_stores<float>();
+    check_stream_stores<double>();
+}
+
+// Traced values of 4 to 32 MiB are written by streaming stores (engine/stream_store.hpp):
+// S_raw, S and A of one head at n = m = 1024 in f32 are 4 MiB each, and with the sink
+// column A_sinks' rows of 1025 values start off any 16-byte boundary. The values, -inf and
+// 0 at the masked keys included, are the reference's and the plain run's.
+BOOST_AUTO_TEST_CASE(large_traced_values_stream) {
+    BOOST_TEST(!streams((std::size_t{4} << 20) - 1));
+    BOOST_TEST(streams(std::size_t{1024} * 1024 * sizeof(float)));
+    BOOST_TEST(!streams(std::size_t{32} << 20));
+    for (bool sinks : {false, true}) {
+        BOOST_TEST_CONTEXT("sinks " << sinks) {
+            Case c{sinks ? "large_sinks" : "large_causal"};
+            c.B = c.H = c.G = 1;
+            c.n = c.m = 1024;
+            c.d = 8;
+            if (sinks) c.sinks = {0.5};
+            c.chain = [](Value s, GraphBuilder&) { return mask_causal(scale(s, factor).named("S"), 0).named("S_masked"); };
+            c.score = [](std::size_t, std::size_t, std::size_t i, std::size_t j, double raw) {
+                return causal_bias(i, j, 0) == 0 ? factor * raw : -inf;
             };
             check_case(c);
         }
