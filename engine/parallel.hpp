@@ -11,17 +11,12 @@
 #include <tbb/parallel_for.h>
 #include <tbb/partitioner.h>
 
+#include "engine/sanitizers.hpp"
+
 // ---- ThreadSanitizer --------------------------------------------------------------------
 // The Debian oneTBB library is not instrumented, so ThreadSanitizer cannot see its hand-offs
 // of work between threads; the code that gives work to TBB and takes it back announces them
 // (no-ops in every other build). See .ci/tsan.supp for the rest.
-#if defined(__SANITIZE_THREAD__)
-#define ATTNGRAPH_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define ATTNGRAPH_TSAN 1
-#endif
-#endif
 #ifdef ATTNGRAPH_TSAN
 extern "C" void __tsan_acquire(void* addr);
 extern "C" void __tsan_release(void* addr);

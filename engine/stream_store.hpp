@@ -6,13 +6,17 @@
 // cache anyway. The values are copied bit for bit.
 //
 // Streaming stores are weakly ordered: stream_fence() must run after them, before any other
-// thread may read what they wrote (the writer's task returning). Without SSE2 these are the
-// ordinary std::copy and std::fill.
+// thread may read what they wrote (the writer's task returning). Without SSE2, and under
+// AddressSanitizer or ThreadSanitizer (which do not see the intrinsics' stores: they check
+// every ordinary one), these are the ordinary std::copy and std::fill.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
-#if defined(__SSE2__)
+#include "engine/sanitizers.hpp"
+
+#if defined(__SSE2__) && !defined(ATTNGRAPH_SANITIZED)
+#define ATTNGRAPH_STREAM_STORES 1
 #include <emmintrin.h>
 #endif
 
@@ -28,7 +32,7 @@ constexpr bool streams(std::size_t bytes) { return bytes >= (std::size_t{4} << 2
 
 namespace stream_detail {
 
-#if defined(__SSE2__)
+#ifdef ATTNGRAPH_STREAM_STORES
 // v: the 16 bytes to store at `to` (16-byte aligned)
 inline void store(float* to, __m128 v) { _mm_stream_ps(to, v); }
 inline void store(double* to, __m128d v) { _mm_stream_pd(to, v); }
@@ -51,7 +55,7 @@ std::size_t head(const T* to, std::size_t count) {
 /// to[0, count) = from[0, count), by streaming stores where `to` is 16-byte aligned.
 template <class T>
 void stream_copy(const T* from, std::size_t count, T* to) {
-#if defined(__SSE2__)
+#ifdef ATTNGRAPH_STREAM_STORES
     constexpr std::size_t lanes = 16 / sizeof(T);
     const std::size_t h = stream_detail::head(to, count);
     std::copy(from, from + h, to);
@@ -66,7 +70,7 @@ void stream_copy(const T* from, std::size_t count, T* to) {
 /// to[0, count) = value, by streaming stores where `to` is 16-byte aligned.
 template <class T>
 void stream_fill(T* to, std::size_t count, T value) {
-#if defined(__SSE2__)
+#ifdef ATTNGRAPH_STREAM_STORES
     constexpr std::size_t lanes = 16 / sizeof(T);
     const std::size_t h = stream_detail::head(to, count);
     std::fill(to, to + h, value);
@@ -81,7 +85,7 @@ void stream_fill(T* to, std::size_t count, T value) {
 
 /// Orders every streaming store before it ahead of the stores after it (sfence).
 inline void stream_fence() {
-#if defined(__SSE2__)
+#ifdef ATTNGRAPH_STREAM_STORES
     _mm_sfence();
 #endif
 }

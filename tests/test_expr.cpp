@@ -13,6 +13,7 @@
 #include "engine/executor.hpp"
 #include "engine/expr.hpp"
 #include "engine/graph_file.hpp"
+#include "engine/sanitizers.hpp"
 #include "graphs/mha.hpp"
 #include "support/helpers.hpp"
 
@@ -58,22 +59,6 @@ Allocations count_allocations(F&& f) {
     return {allocations.load(), allocated_bytes.load()};
 }
 }  // namespace
-
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define ATTNGRAPH_SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define ATTNGRAPH_SANITIZED 1
-#endif
-#endif
-
-#if defined(__SANITIZE_THREAD__)
-#define ATTNGRAPH_TSAN_BUILD 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define ATTNGRAPH_TSAN_BUILD 1
-#endif
-#endif
 
 #ifdef ATTNGRAPH_SANITIZED
 extern "C" int __sanitizer_install_malloc_and_free_hooks(void (*malloc_hook)(const volatile void*, std::size_t),
@@ -310,7 +295,7 @@ BOOST_AUTO_TEST_CASE(elementwise_chain_of_four_ops_allocates_only_its_result) {
     // calls no malloc hook for aligned allocations: there the counts are checked by the
     // release and ASan builds only, and this build says so.
     const Allocations probe = count_allocations([&] { Tensor t = graphs::random_tensor({n, m}, DType::f64, 24); });
-#ifdef ATTNGRAPH_TSAN_BUILD
+#ifdef ATTNGRAPH_TSAN
     const bool counter_sees_tensors = probe.bytes >= n * m * sizeof(double);
     if (!counter_sees_tensors)
         BOOST_TEST_MESSAGE("this ThreadSanitizer runtime hides aligned allocations: counts not checked here");

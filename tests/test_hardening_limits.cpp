@@ -11,7 +11,7 @@
 #include "engine/executor.hpp"
 #include "engine/graph_file.hpp"
 #include "engine/npy.hpp"
-#include "engine/parallel.hpp"  // ATTNGRAPH_TSAN
+#include "engine/sanitizers.hpp"
 #include "ops/ops.hpp"
 #include "support/helpers.hpp"
 
