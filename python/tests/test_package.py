@@ -251,10 +251,12 @@ def test_graph_pickles_as_its_file(seed_path):
 
 
 def test_the_gil_is_released_while_a_graph_runs():
-    # one thread runs a large graph once; the main thread counts in Python meanwhile. With
-    # the GIL held for the whole run it could not count until the run returned.
-    g = attngraph.new("mha-batched", seq=512, d_model=512, heads=4)
-    x = np.ones((512, 512), np.float32)
+    # one thread runs a large graph once (8 GFLOP: about 0.1 s on one core); the main thread
+    # counts in Python meanwhile, a tick per 0.5 ms sleep. With the GIL held for the whole run
+    # it could not count until the run returned. (A run of 1 GFLOP, a few ms, left too few
+    # ticks on a loaded machine.)
+    g = attngraph.new("mha-batched", seq=1024, d_model=768, heads=12)
+    x = np.ones((1024, 768), np.float32)
     ticks = []
     started, finished = threading.Event(), threading.Event()
 
