@@ -29,18 +29,32 @@ namespace attngraph {
 /// cold lines, and streaming halves the traffic. A larger buffer is fresh from mmap on every
 /// run: each page fault leaves a page of zeros in the cache, which streaming stores would
 /// evict and write back before writing again (causal, n = 2048, traced: 10-20% slower).
-constexpr bool streams(std::size_t bytes) { return bytes >= (std::size_t{1} << 20) && bytes < (std::size_t{32} << 20); }
+constexpr bool streams(std::size_t bytes) {
+    return bytes >= (std::size_t{1} << 20) && bytes < (std::size_t{32} << 20);
+}
 
 namespace stream_detail {
 
 #ifdef ATTNGRAPH_STREAM_STORES
 // v: the 16 bytes to store at `to` (16-byte aligned)
-inline void store(float* to, __m128 v) { _mm_stream_ps(to, v); }
-inline void store(double* to, __m128d v) { _mm_stream_pd(to, v); }
-inline __m128 load(const float* from) { return _mm_loadu_ps(from); }
-inline __m128d load(const double* from) { return _mm_loadu_pd(from); }
-inline __m128 splat(float x) { return _mm_set1_ps(x); }
-inline __m128d splat(double x) { return _mm_set1_pd(x); }
+inline void store(float* to, __m128 v) {
+    _mm_stream_ps(to, v);
+}
+inline void store(double* to, __m128d v) {
+    _mm_stream_pd(to, v);
+}
+inline __m128 load(const float* from) {
+    return _mm_loadu_ps(from);
+}
+inline __m128d load(const double* from) {
+    return _mm_loadu_pd(from);
+}
+inline __m128 splat(float x) {
+    return _mm_set1_ps(x);
+}
+inline __m128d splat(double x) {
+    return _mm_set1_pd(x);
+}
 
 // elements before `to` reaches a 16-byte boundary (all of them if it never does: T misaligned)
 template <class T>

@@ -769,7 +769,9 @@ BOOST_AUTO_TEST_CASE(large_traced_values_stream) {
             c.n = c.m = 1024;
             c.d = 8;
             if (sinks) c.sinks = {0.5};
-            c.chain = [](Value s, GraphBuilder&) { return mask_causal(scale(s, factor).named("S"), 0).named("S_masked"); };
+            c.chain = [](Value s, GraphBuilder&) {
+                return mask_causal(scale(s, factor).named("S"), 0).named("S_masked");
+            };
             c.score = [](std::size_t, std::size_t, std::size_t i, std::size_t j, double raw) {
                 return causal_bias(i, j, 0) == 0 ? factor * raw : -inf;
             };
