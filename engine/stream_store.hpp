@@ -25,10 +25,11 @@ namespace attngraph {
 /// Whether a value of `bytes`, written once, is better written by streaming stores. From
 /// 1 MiB it does not stay in a core's cache beside the work that produces it (and the other
 /// values traced with it: at n = 512, 12 heads' S_raw, S and A are 36 MiB). Up to 32 MiB
-/// (glibc's largest mmap threshold) its memory is typically reused from an earlier run, with
-/// cold lines, and streaming halves the traffic. A larger buffer is fresh from mmap on every
-/// run: each page fault leaves a page of zeros in the cache, which streaming stores would
-/// evict and write back before writing again (causal, n = 2048, traced: 10-20% slower).
+/// (glibc's largest mmap threshold) its memory may come back from an earlier run with cold
+/// lines, where a process keeps what it frees (as `bench` does): streaming halves the traffic
+/// there, and costs nothing measurable in fresh memory. A larger buffer is always fresh from
+/// mmap: each huge-page fault leaves 2 MiB of zeros in the cache, which streaming stores would
+/// evict and write back before writing again (causal, n = 2048, traced: 10-30% slower).
 constexpr bool streams(std::size_t bytes) {
     return bytes >= (std::size_t{1} << 20) && bytes < (std::size_t{32} << 20);
 }
