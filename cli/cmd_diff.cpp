@@ -1,4 +1,4 @@
-// attngraph diff A B [--rtol R] [--atol A]: two traces (or a trace and a folder of .npy
+// attngraph diff A B [--rtol R] [--atol A] [-q]: two traces (or a trace and a folder of .npy
 // files) value by value in topological order; names the first value that diverges.
 #include <cstdio>
 
@@ -12,7 +12,7 @@ namespace {
 struct DiffArgs {
     std::string a, b;
     inspect::DiffOptions options;
-    bool quiet = false;
+    bool quiet = false;  // acted on by main.cpp, as on every command
 };
 
 std::string err_text(double v) {
@@ -29,13 +29,15 @@ void add_diff_command(CLI::App& app) {
     cmd->add_option("b", args->b, "Trace directory (or folder of NAME.npy files) to compare against")->required();
     cmd->add_option("--rtol", args->options.rtol, "Relative tolerance (default 1e-5)")->check(FiniteNonNegative);
     cmd->add_option("--atol", args->options.atol, "Absolute tolerance (default 1e-6)")->check(FiniteNonNegative);
-    cmd->add_flag("-q,--quiet", args->quiet, "Print only the values out of tolerance");
+    // main.cpp acts on --quiet before parsing (standard output to /dev/null, as for every
+    // command); declared here so that diff --help shows it
+    cmd->add_flag("-q,--quiet", args->quiet,
+                  "Print nothing but errors: the exit status, and the error line naming the first divergence");
     cmd->callback([args] {
         const inspect::TraceDir a(args->a), b(args->b);
         const inspect::DiffResult r = inspect::diff_traces(a, b, args->options);
         std::printf("%-24s %-13s %-12s %-12s %s\n", "name", "status", "max abs", "max rel", "shape");
         for (const auto& row : r.rows) {
-            if (args->quiet && !row.diverges()) continue;
             const bool compared = row.status == "ok" || row.status == "DIFFERS" || row.status == "SHAPE";
             std::string shape = shape_str(row.shape_a);
             if (row.status == "SHAPE") shape += " vs " + shape_str(row.shape_b);

@@ -10,12 +10,12 @@
 namespace attngraph::cli {
 
 void add_graph_args(CLI::App& cmd, GraphArgs& args, bool with_threads) {
-    cmd.add_option("graph", args.graph, "Graph file (JSON)")->required();
+    cmd.add_option("graph", args.graph, "Graph file (JSON) or ONNX model (.onnx)")->required();
     cmd.add_option("--input", args.inputs, "Replace a tensor's data: NAME=FILE.npy (repeatable)")->check(NameEqualsFile);
     cmd.add_option("--dtype", args.dtype, "Compute in f32 or f64 (default: the graph file's dtype)")
         ->check(CLI::IsMember({"f32", "f64"}));
     cmd.add_flag("--allow-outside-paths", args.allow_outside_paths,
-                 "Let \"npy\" paths in the graph file leave the graph file's folder");
+                 "Let \"npy\" and \"safetensors\" paths in the graph file leave the graph file's folder");
     cmd.add_option("--max-memory", args.max_memory,
                    "Refuse tensors larger than this (e.g. 4G; default: half of the machine's memory)");
     if (with_threads)

@@ -1,4 +1,4 @@
-"""The commands of docs/cli.md and docs/onnx.md run as written (issue 11: "every command in
+"""The commands of docs/cli.md, docs/onnx.md, the README and docs/python.md run as written (issue 11: "every command in
 them runs"), in a scratch folder whose graphs/ is the repository's. `$A` and `attngraph` are
 the CLI under test; a synopsis line (with [optional] parts) runs with those parts left out.
 Each command must exit 0; what it prints is checked by the CLI tests, here only that the files
@@ -94,3 +94,38 @@ def test_the_worked_example_of_the_onnx_page_runs(scratch, cli):
                                                   .replace("GRAPH.json", "model2.json"))
             r = run(command, scratch, cli)
             assert r.returncode == 0, f"{command}\n{r.stderr}"
+
+
+def test_every_attngraph_command_of_the_readme_runs(scratch, cli):
+    ran = 0
+    for line in sh_lines((SOURCE / "README.md").read_text()):
+        if not line.startswith("$A"):
+            continue
+        command = without_comment_and_options(line)
+        r = run(command, scratch, cli)
+        assert r.returncode == 0, f"{command}\n{r.stderr}"
+        ran += 1
+    assert ran >= 3
+    assert (scratch / "t" / "manifest.json").exists()
+    assert (scratch / "report.html").read_text().startswith("<!DOCTYPE html>")
+
+
+def test_the_patching_commands_of_the_python_page(scratch, cli):
+    """They run, and the diff says what its comment says: exit 1, and which values differ."""
+    lines = [line for line in sh_lines((SOURCE / "docs" / "python.md").read_text())
+             if line.startswith(("attngraph ", "python3 "))]
+    assert len(lines) >= 5
+    for line in lines:
+        command = without_comment_and_options(line)
+        if command.startswith("python3 "):
+            command = shlex.quote(sys.executable) + command[len("python3"):]
+        r = run(command, scratch, cli)
+        if command.startswith("attngraph diff"):
+            assert r.returncode == 1 and "first divergence at 'head2.A'" in r.stderr, r.stderr
+            status = {row.split()[0]: row.split()[1] for row in r.stdout.splitlines()[1:]}
+            differ = {name for name, s in status.items() if s != "ok"}
+            assert differ == {"head2.A", "head2.O", "O_concat", "Y"}, r.stdout
+            assert status["head2.S"] == "ok" and status["head1.A"] == "ok" and status["head1.O"] == "ok"
+        else:
+            assert r.returncode == 0, f"{command}\n{r.stderr}"
+    assert (scratch / "patched" / "manifest.json").exists()
