@@ -1,5 +1,5 @@
 // attngraph new VARIANT [--batch B] --seq N [--kv-seq M] --d-model D --heads H [--groups G]
-//                       [--window W] [--causal] [--kv-lengths L,..] [--softcap C] [--prefix-length P]
+//                       [--window W] [--causal] [--kv-lengths L,..] [--softcap C] [--prefix-length P | --prefix P]
 //                       [--documents L,..] [--seed S] [--dtype f32|f64] -o FILE.json [--weights-dir DIR] [--force]
 // attngraph new --list
 // VARIANT is one of graphs::variant_list() or a FlexAttention example of graphs::flex_list() (flex/...).
@@ -121,6 +121,19 @@ void run_new(NewArgs& a) {
     if (a.config.heads == 0) throw Error("new: --heads H (H >= 1) is required");
     a.config.variant = a.variant;
     a.config.lengths = a.lengths;
+    if (!a.prefix.empty() && a.weights_from.empty()) {
+        // without --weights-from, --prefix P is prefix-lm's prefix length (issue 12's spelling)
+        std::size_t p = 0;
+        const char* end = a.prefix.data() + a.prefix.size();
+        const auto res = std::from_chars(a.prefix.data(), end, p);
+        if (res.ec != std::errc() || res.ptr != end)
+            throw Error("new: --prefix '" + a.prefix +
+                        "': without --weights-from it is prefix-lm's prefix length P, a whole number");
+        if (a.config.prefix_length != 0 && a.config.prefix_length != p)
+            throw Error("new: --prefix " + a.prefix + " and --prefix-length " + std::to_string(a.config.prefix_length) +
+                        " disagree");
+        a.config.prefix_length = p;
+    }
     if (a.softcap_given) a.config.softcap = a.softcap;
     a.config.dtype = parse_dtype(a.dtype);
 
@@ -177,7 +190,9 @@ void add_new_command(CLI::App& app) {
     cmd->add_option(
         "--weights-from", args->weights_from,
         "Take the projections from a safetensors file (Hugging Face names: PREFIX{q,k,v,o}_proj.weight/.bias)");
-    cmd->add_option("--prefix", args->prefix, "Key prefix in --weights-from, e.g. layers.0.self_attn.");
+    cmd->add_option("--prefix", args->prefix,
+                    "Key prefix in --weights-from, e.g. layers.0.self_attn.; without --weights-from, prefix-lm's "
+                    "--prefix-length P");
     c.seq = 0;
     c.d_model = 0;
     c.heads = 0;

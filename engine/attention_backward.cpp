@@ -112,20 +112,20 @@ void backward_blocks(const AttentionOperands<T>& op, const T* a_kept, const T* d
     }
     using Kind = typename ChainLink<T>::Kind;
     const auto wanted = [](const std::vector<T*>& ps) {
-        return std::any_of(ps.begin(), ps.end(), [](const T* p) { return p != nullptr; });
+        return std::ranges::any_of(ps, [](const T* p) { return p != nullptr; });
     };
     // (S_sinks' gradient shows dS before the chain, as a value of the chain does)
     const bool chain_traced = wanted(g.chain) || g.s_sinks, slopes_wanted = wanted(g.slopes);
     // a Tanh's backward reads its output, the sink column its weights: recomputed with A (also
     // when A was kept); the Differential Transformer's maps are always recomputed (O reads A_diff)
-    const bool has_tanh = std::any_of(op.chain.begin(), op.chain.end(),
-                                      [](const ChainLink<T>& link) { return link.kind == Kind::tanh; });
+    const bool has_tanh =
+        std::ranges::any_of(op.chain, [](const ChainLink<T>& link) { return link.kind == Kind::tanh; });
     const bool sinks = !op.sink_of.empty();
     const bool recompute = !a_kept || has_tanh || sinks || diff;
     const bool sink_traced = g.s_sink || g.s_zero || g.s_first;
     const bool full_da = g.da || g.a_sinks || g.a_diff || g.a_first || g.a_second || g.a_weighted;  // whole rows
-    const bool biases_wanted = std::any_of(op.biases.begin(), op.biases.end(), [](const BiasGrad<T>& bg) {
-        return std::any_of(bg.operands.begin(), bg.operands.end(), [](const auto& o) { return o.grad != nullptr; });
+    const bool biases_wanted = std::ranges::any_of(op.biases, [](const BiasGrad<T>& bg) {
+        return std::ranges::any_of(bg.operands, [](const auto& o) { return o.grad != nullptr; });
     });
     const bool need_ds = g.dq || g.dk || g.ds_raw || full_da || chain_traced || slopes_wanted || g.sink ||
                          sink_traced || g.lambda || biases_wanted;

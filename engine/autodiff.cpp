@@ -670,7 +670,7 @@ private:
             return m_grad[at(id)].data();
         };
         auto any_requested = [&](const std::vector<int>& ids) {
-            return std::any_of(ids.begin(), ids.end(), [&](int id) { return m_plan.requested[at(id)]; });
+            return std::ranges::any_of(ids, [&](int id) { return m_plan.requested[at(id)]; });
         };
         // dK, into K's gradient when KT is folded; else (KT kept), or when KT's gradient or its
         // views' is asked for, into dk_local, whose transpose is KT's

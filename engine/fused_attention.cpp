@@ -43,7 +43,7 @@ void offsets_and_strides(AttentionSpec& spec) {
         spec.sink ? ops::broadcast_strides(spec.sink->operand_shape, spec.sink->shape) : std::vector<std::size_t>{};
     spec.lambda_strides =
         spec.diff ? ops::broadcast_strides(spec.diff->operand_shape, spec.diff->shape) : std::vector<std::size_t>{};
-    spec.patterned = std::any_of(spec.stages.begin(), spec.stages.end(), [](const ScoreStage& st) {
+    spec.patterned = std::ranges::any_of(spec.stages, [](const ScoreStage& st) {
         return st.kind == ScoreStage::Kind::mask && (st.pattern != ScoreStage::Pattern::none || st.tensor_span);
     });
 }

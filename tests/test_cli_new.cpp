@@ -199,6 +199,31 @@ BOOST_AUTO_TEST_CASE(index_tensors_hold_the_sequence_length) {
     }
 }
 
+// issue 12 spells prefix-lm's option `--prefix P` (issue 15's --weights-from takes --prefix as
+// its key prefix): without --weights-from it is the prefix length. A of the graph it writes keeps
+// key j for query i exactly when j < P or j <= i (FlexAttention's prefix-LM mask_mod).
+BOOST_AUTO_TEST_CASE(prefix_is_the_prefix_length_without_weights_from) {
+    for (const std::string variant : {"prefix-lm", "flex/prefix-lm"}) {
+        BOOST_TEST_CONTEXT(variant) {
+            test::TempDir dir;
+            const std::string sizes = "new " + variant + " --batch 2 --seq 6 --d-model 8 --heads 2 ";
+            const auto r = run_cli(sizes + "--prefix 2 -o p.json", dir.path);
+            BOOST_REQUIRE_MESSAGE(r.code == 0, r.err);
+            BOOST_TEST(run_cli(sizes + "--prefix-length 2 -o pl.json", dir.path).code == 0);
+            BOOST_TEST(slurp(dir.path / "p.json") == slurp(dir.path / "pl.json"));
+            const auto run = run_cli("run p.json --trace t --only A", dir.path);
+            BOOST_REQUIRE_MESSAGE(run.code == 0, run.err);
+            const auto a = load_npy(dir.path / "t" / "A.npy").cast(DType::f64).as<double>();
+            BOOST_REQUIRE((a.shape() == Shape{2, 2, 6, 6}));
+            for (std::size_t b = 0; b < 2; ++b)
+                for (std::size_t h = 0; h < 2; ++h)
+                    for (std::size_t i = 0; i < 6; ++i)
+                        for (std::size_t j = 0; j < 6; ++j)
+                            BOOST_TEST((a(b, h, i, j) > 0) == (j < 2 || j <= i), b << h << i << j);
+        }
+    }
+}
+
 BOOST_AUTO_TEST_CASE(bad_arguments_are_one_line_errors_and_write_nothing) {
     test::TempDir dir;
     const std::vector<std::pair<std::string, std::string>> cases = {
@@ -236,6 +261,9 @@ BOOST_AUTO_TEST_CASE(bad_arguments_are_one_line_errors_and_write_nothing) {
         {"new flex/causal --seq 4 --d-model 8 --heads 2 --groups 2 -o x.json", "takes no groups"},
         {"new flex/flash --seq 4 --d-model 8 --heads 2 -o x.json", "unknown FlexAttention example 'flex/flash'"},
         {"new prefix-lm --seq 8 --d-model 8 --heads 2 --prefix-length -1 -o x.json", "--prefix-length"},
+        {"new causal --seq 8 --d-model 8 --heads 2 --prefix 2 -o x.json", "takes no prefix length"},
+        {"new prefix-lm --seq 8 --d-model 8 --heads 2 --prefix two -o x.json", "prefix length P, a whole number"},
+        {"new prefix-lm --seq 8 --d-model 8 --heads 2 --prefix 2 --prefix-length 3 -o x.json", "disagree"},
     };
     for (const auto& [args, message] : cases) {
         BOOST_TEST_CONTEXT(args) {

@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <ostream>
 #include <set>
+#include <sstream>
+#include <string>
 
 #include <boost/test/data/monomorphic.hpp>
 #include <boost/test/data/test_case.hpp>
@@ -174,5 +176,26 @@ BOOST_DATA_TEST_CASE(backward_definition_and_executor_agree_on_large_inputs, bda
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+// Issue 11's closed op set: `grep -rn "std::any" engine ops graphs cli inspect` prints nothing
+// (attributes are a std::variant of the ops' Attrs types). The search is grep's: every file,
+// every line, "std::any" anywhere in it (std::any_of too: std::ranges::any_of keeps it silent).
+BOOST_AUTO_TEST_CASE(no_std_any_in_the_library_sources) {
+    std::string hits;
+    std::size_t files = 0;
+    for (const char* dir : {"engine", "ops", "graphs", "cli", "inspect"})
+        for (const auto& entry : std::filesystem::recursive_directory_iterator(source_dir() / dir)) {
+            if (!entry.is_regular_file()) continue;
+            ++files;
+            std::istringstream in(slurp(entry.path()));
+            std::string line;
+            for (int n = 1; std::getline(in, line); ++n)
+                if (line.find("std::any") != std::string::npos)
+                    hits += entry.path().lexically_relative(source_dir()).string() + ":" + std::to_string(n) + ": " +
+                            line + "\n";
+        }
+    BOOST_TEST(files > 100u);  // the folders were found
+    BOOST_TEST(hits.empty(), "grep -rn \"std::any\" engine ops graphs cli inspect:\n" << hits);
+}
 
 BOOST_AUTO_TEST_SUITE_END()
