@@ -673,14 +673,18 @@ private:
             return std::ranges::any_of(ids, [&](int id) { return m_plan.requested[at(id)]; });
         };
         // dK, into K's gradient when KT is folded; else (KT kept), or when KT's gradient or its
-        // views' is asked for, into dk_local, whose transpose is KT's
+        // views' is asked for, into dk_local, whose transpose is KT's. K's gradient holding its
+        // seed already (K a graph output too, as a KV cache's present_key): into dk_local, then
+        // added to it, in the bits of a run that keeps KT (its Transpose adds dKᵀ so)
         std::vector<int> kt_views = grp.kt_views;
         if (grp.kt < 0) kt_views.push_back(grp.kt_value);  // folded: KT is internal too
+        const bool k_seeded = grp.kt < 0 && m_plan.slot_edge[grp.kt_transpose][0] == 0 &&
+                              m_has[at(nodes[grp.kt_transpose].inputs[0])];
         Array<T>* dkt = grp.kt >= 0 ? input_grad(grp.kt_reader, grp.kt_slot) : nullptr;
         Array<T>* dk_direct = grp.kt >= 0 ? nullptr : input_grad(grp.kt_transpose, 0);
         Array<T> dk_local;
         const bool dk_transposed = dkt || any_requested(kt_views);
-        if (dk_transposed) {
+        if (dk_transposed || (dk_direct && k_seeded)) {
             dk_local = zeros_like_shape<T>(m_graph.value(grp.k).shape);
             g.dk = dk_local.data();
         } else if (dk_direct) {
@@ -733,12 +737,12 @@ private:
         allocate(at(grp.o));
         const Array<T>* a_kept = grp.a_diff >= 0 ? nullptr : m_forward[at(grp.a)];  // diff: always recomputed
         attention_backward<T>(op, a_kept ? a_kept->data() : nullptr, m_grad[at(grp.o)].data(), g);
+        if (dk_direct && g.dk == dk_local.data()) {
+            T* to = dk_direct->data();
+            const T* from = dk_local.data();
+            for (std::size_t e = 0; e < dk_local.size(); ++e) to[e] += from[e];
+        }
         if (dk_transposed) {  // KT (kbatch..., dk, m) += dKᵀ; its views (the same elements) get it too
-            if (dk_direct) {
-                T* to = dk_direct->data();
-                const T* from = dk_local.data();
-                for (std::size_t e = 0; e < dk_local.size(); ++e) to[e] += from[e];
-            }
             Array<T> fresh;
             T* d = dkt ? dkt->data() : (fresh = zeros_like_shape<T>(m_graph.value(grp.kt_value).shape)).data();
             const T* src = dk_local.data();

@@ -69,9 +69,12 @@ struct Alibi {
             T* dx = din[0]->data();
             for (std::size_t e = 0; e < in[0]->size(); ++e) dx[e] += dy[e];
         }
-        if (din[1]) {
+        if (din[1]) {  // each head's sum in double (B·n·m terms of about |i − j|), as the fused step's
+            std::vector<double> sums(din[1]->size(), 0.0);
+            for (std::size_t e = 0; e < in[0]->size(); ++e)
+                sums[p.head(e)] += static_cast<double>(dy[e]) * static_cast<double>(p.distance(e));
             T* ds = din[1]->data();
-            for (std::size_t e = 0; e < in[0]->size(); ++e) ds[p.head(e)] -= dy[e] * static_cast<T>(p.distance(e));
+            for (std::size_t h = 0; h < sums.size(); ++h) ds[h] -= static_cast<T>(sums[h]);
         }
     }
 };

@@ -291,6 +291,47 @@ BOOST_DATA_TEST_CASE(traced_and_untraced_backward_agree_bitwise, bdata::xrange(c
     BOOST_TEST(same_bits(untraced.forward.at(g, "Y"), traced.forward.at(g, "Y")));
 }
 
+BOOST_DATA_TEST_CASE(cached_keys_as_an_output_traced_and_untraced_agree_bitwise, bdata::make({0, 1}), f64) {
+    // decoding's present_key: K = Concat(past_key, K_new) is an output too, so its gradient
+    // holds the ones of its seed when the step adds dK (K shared by 3 query heads, 2 steps of
+    // rows); dK = 1 + the step's, in the bits `grad --trace` gives (KT kept, dKT added)
+    const DType dtype = f64 ? DType::f64 : DType::f32;
+    const Case c{{2, 3, 600, 8}, {2, 1, 600, 8}, {2, 1, 600, 8}, true};
+    const Tensor past = graphs::random_tensor({2, 1, 450, 8}, dtype, 2, 2.0),
+                 fresh = graphs::random_tensor({2, 1, 150, 8}, dtype, 5, 2.0);
+    GraphBuilder b("cached_keys", dtype);
+    Value q = b.input("Q", graphs::random_tensor(c.q, dtype, 1, 2.0));
+    Value k = concat({b.input("past_key", past), b.input("K_new", fresh)}, 2).named("present_key");
+    Value v = b.input("V", graphs::random_tensor(c.v, dtype, 3));
+    Value a = softmax(scale(matmul(q, transpose(k)).named("S_raw"), factor_of(c)).named("S")).named("A");
+    b.output(matmul(a, v).named("Y"));
+    b.output(k);
+    const Graph g = b.build();
+    const std::vector<std::string> wrt = {"Q", "past_key", "K_new", "V", "present_key"};
+    for (int threads : {1, 4}) BOOST_TEST_CONTEXT(threads << " threads") {
+            const Run untraced = run_backward(g, Mode::untraced, threads, wrt);
+            const Run traced = run_backward(g, Mode::traced, threads, {});
+            BOOST_TEST(!untraced.forward.values[static_cast<std::size_t>(g.at("A"))]);
+            for (const std::string& name : wrt) BOOST_TEST_CONTEXT(name) {
+                    BOOST_TEST(same_bits(untraced.grads.at(name), traced.grads.at(name)));
+                }
+            // against the plain loops: K's rows of past_key, then of K_new
+            Tensor kt = zeros(DType::f64, c.k);
+            double* kd = kt.as<double>().data();
+            for (std::size_t bi = 0; bi < 2; ++bi)
+                for (std::size_t j = 0; j < 600; ++j)
+                    for (std::size_t d = 0; d < 8; ++d)
+                        kd[(bi * 600 + j) * 8 + d] = j < 450 ? past.at_flat((bi * 450 + j) * 8 + d)
+                                                             : fresh.at_flat((bi * 150 + j - 450) * 8 + d);
+            const auto in = [&](const char* name) { return g.value(g.at(name)).data->cast(DType::f64); };
+            const Reference ref = reference(c, in("Q"), kt, in("V"), grad_of_y(g, DType::f64));
+            std::vector<double> dk = ref.dk;
+            for (double& e : dk) e += 1.0;  // the output's seed
+            BOOST_TEST(rel_error(untraced.grads.at("present_key"), dk) <= (f64 ? 1e-12 : 2e-5));
+            BOOST_TEST(rel_error(untraced.grads.at("Q"), ref.dq) <= (f64 ? 1e-12 : 2e-5));
+        }
+}
+
 BOOST_AUTO_TEST_CASE(traced_intermediate_gradients_match_the_plain_backward) {
     // with every value requested, the fused step writes dA, dS, dS_raw and dKT too
     const Case c{{2, 150, 8}, {2, 150, 8}, {2, 150, 8}, true};

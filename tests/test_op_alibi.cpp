@@ -43,4 +43,25 @@ BOOST_AUTO_TEST_CASE(backward_matches_finite_differences) {
     BOOST_TEST(gradcheck("Alibi", attrs(3), {random_array({2, 1, 4}, 3), random_array({2}, 4)}) < 1e-8);
 }
 
+BOOST_AUTO_TEST_CASE(slope_gradient_of_long_rows_in_f32) {
+    // dslopes[h] = −Σ dy·|i − j| over the batch, queries and keys: here 2·300·300 terms per
+    // head of about |i − j| each (dy near 1, as a seeded score has it), about 9e6 in all, which
+    // f32 partial sums rounded by tens; against the same f32 dy summed in double
+    const std::size_t n = 300;
+    Array<float> x = Array<float>::from_shape({2, 2, n, n}), slopes = Array<float>::from_shape({2});
+    std::fill(x.begin(), x.end(), 0.0f);
+    slopes(0) = 0.5f, slopes(1) = 0.25f;
+    Array<double> G = random_array<double>({2, 2, n, n}, 5);
+    for (auto& v : G) v = static_cast<double>(static_cast<float>(1.0 + 1e-3 * v));  // f32 values
+    std::vector<double> want(2, 0.0);
+    for (std::size_t b = 0; b < 2; ++b)
+        for (std::size_t h = 0; h < 2; ++h)
+            for (std::size_t i = 0; i < n; ++i)
+                for (std::size_t j = 0; j < n; ++j)
+                    want[h] -= G(b, h, i, j) * std::abs(static_cast<double>(i) - static_cast<double>(j));
+    const auto got = backward_all<float>("Alibi", attrs(0), {x, slopes}, {G}, {false, true})[0];
+    for (std::size_t h = 0; h < 2; ++h)
+        BOOST_TEST(std::abs(got(h) - want[h]) <= 1e-7 * std::abs(want[h]), h << ": " << got(h) << " vs " << want[h]);
+}
+
 BOOST_AUTO_TEST_SUITE_END()
