@@ -4,6 +4,7 @@
 #include <cmath>
 #include <numbers>
 
+#include "engine/simd_exp.hpp"
 #include "ops/elementwise.hpp"
 
 namespace attngraph::ops {
@@ -21,7 +22,7 @@ struct Erf : UnaryOp<Erf, ErfAttrs> {
 
     template <class B>
     static B apply(const Attrs&, const B& x) {
-        return xsimd::erf(x);
+        return simd_erf(x);  // (NaN, ±inf, huge: no undefined path through xsimd::exp)
     }
     // in the forward pass this was: y = erf x. dx += dy · 2/√π · e^(−x²)
     template <class T>

@@ -1,5 +1,6 @@
 // Log: y = ln x (natural logarithm; -inf at 0, NaN below). Elementwise; x and y have one shape.
 #pragma once
+#include "engine/simd_exp.hpp"
 #include "ops/elementwise.hpp"
 
 namespace attngraph::ops {
@@ -17,7 +18,7 @@ struct Log : UnaryOp<Log, LogAttrs> {
 
     template <class B>
     static B apply(const Attrs&, const B& x) {
-        return xsimd::log(x);
+        return simd_log(x);  // (subnormal doubles: xsimd::log is wrong there)
     }
     // in the forward pass this was: y = ln x. dx += dy / x
     template <class T>

@@ -134,8 +134,13 @@ struct ReduceOp {
             for (std::size_t o = o0; o < o1; ++o) {
                 const T* xb = x + w.base(o);
                 if constexpr (kind == ReduceKind::max) {
+                    // a NaN is the maximum (numpy, PyTorch): std::max(m, NaN) would keep m
                     T m = -std::numeric_limits<T>::infinity();
-                    for (std::size_t r = 0; r < count; ++r) m = std::max(m, xb[w.inner[r]]);
+                    for (std::size_t r = 0; r < count; ++r) {
+                        const T v = xb[w.inner[r]];
+                        if (m < v || v != v) m = v;
+                        if (m != m) break;
+                    }
                     y[o] = m;
                 } else {
                     double s = 0;  // f32 too: a long sum stays accurate
@@ -147,8 +152,9 @@ struct ReduceOp {
     }
 
     // in the forward pass this was: y[o] = Σ_r x[o, r] (sum), that / count (mean), max_r x[o, r]
-    // (max). dx[o, r] += dy[o] (sum), dy[o] / count (mean); for max, dy[o] goes to the first
-    // r where x[o, r] equals the maximum (ties: the first in row-major order).
+    // (max; a NaN among them is the maximum). dx[o, r] += dy[o] (sum), dy[o] / count (mean); for
+    // max, dy[o] goes to the first r where x[o, r] equals the maximum (ties: the first in
+    // row-major order), or is NaN.
     template <class T>
     static void backward(const A& a, In<T> in, In<T>, In<T> dout, Out<T> din) {
         if (!din[0]) return;
@@ -163,9 +169,11 @@ struct ReduceOp {
                 const std::size_t b = w.base(o);
                 if constexpr (kind == ReduceKind::max) {
                     if (count == 0) continue;
+                    // the first maximum, or the first NaN (the forward's maximum; PyTorch's max
+                    // along an axis routes the gradient to it too)
                     std::size_t arg = 0;
-                    for (std::size_t r = 1; r < count; ++r)
-                        if (x[b + w.inner[r]] > x[b + w.inner[arg]]) arg = r;
+                    for (std::size_t r = 1; r < count && x[b + w.inner[arg]] == x[b + w.inner[arg]]; ++r)
+                        if (x[b + w.inner[r]] > x[b + w.inner[arg]] || x[b + w.inner[r]] != x[b + w.inner[r]]) arg = r;
                     dx[b + w.inner[arg]] += dy[o];
                 } else {
                     const T g = kind == ReduceKind::mean ? dy[o] / static_cast<T>(count) : dy[o];

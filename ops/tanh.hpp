@@ -1,5 +1,6 @@
 // Tanh: y = tanh x (Gemma-2 softcapping: c·tanh(s/c)). Elementwise; x and y have one shape.
 #pragma once
+#include "engine/simd_exp.hpp"
 #include "ops/elementwise.hpp"
 
 namespace attngraph::ops {
@@ -17,7 +18,7 @@ struct Tanh : UnaryOp<Tanh, TanhAttrs> {
 
     template <class B>
     static B apply(const Attrs&, const B& x) {
-        return xsimd::tanh(x);
+        return simd_tanh(x);  // (NaN, ±inf, huge: no undefined path through xsimd::exp)
     }
     // in the forward pass this was: y = tanh x. dx += dy · (1 - y²)
     template <class T>
