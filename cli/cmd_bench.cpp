@@ -291,7 +291,8 @@ void add_bench_command(CLI::App& app) {
         ->check(CLI::IsMember({"f32", "f64"}))
         ->needs(graph);
     cmd->add_option("--groups", args->sizes.groups, "K/V heads of gqa, llama and decode (as attngraph new)");
-    cmd->add_option("--window", args->sizes.window, "Window width of sliding-window, softcap, sinks and flex/sliding-window (as attngraph new)");
+    cmd->add_option("--window", args->sizes.window,
+                    "Window width of sliding-window, softcap, sinks and flex/sliding-window (as attngraph new)");
     cmd->add_option("--past", args->sizes.past, "decode: cached keys/values before the new tokens (as attngraph new)");
     cmd->add_option("--kv-seq", args->sizes.kv_seq, "cross: length of the keys/values input C (as attngraph new)");
     cmd->add_flag("--causal", args->sizes.causal, "sliding-window, document, flex/document: causal (as attngraph new)");

@@ -171,7 +171,8 @@ void add_new_command(CLI::App& app) {
                     "Window width w of sliding-window; softcap and sinks: also 0 <= i - j < w; flex/sliding-window: "
                     "i - j <= w");
     cmd->add_option("--past", c.past, "decode: cached keys/values before the new tokens (--seq of them)");
-    cmd->add_flag("--causal", c.causal, "sliding-window: keys 0 <= i - j < w only; document, flex/document: also keys j <= i");
+    cmd->add_flag("--causal", c.causal,
+                  "sliding-window: keys 0 <= i - j < w only; document, flex/document: also keys j <= i");
     cmd->add_option("--softcap", args->softcap, "softcap: the cap c of c tanh(S / c) (default 50, Gemma 2's)")
         ->each([args](const std::string&) { args->softcap_given = true; });
     cmd->add_option("--prefix-length", c.prefix_length, "prefix-lm: the P first keys, seen by every query")

@@ -678,8 +678,8 @@ private:
         // added to it, in the bits of a run that keeps KT (its Transpose adds dKᵀ so)
         std::vector<int> kt_views = grp.kt_views;
         if (grp.kt < 0) kt_views.push_back(grp.kt_value);  // folded: KT is internal too
-        const bool k_seeded = grp.kt < 0 && m_plan.slot_edge[grp.kt_transpose][0] == 0 &&
-                              m_has[at(nodes[grp.kt_transpose].inputs[0])];
+        const bool k_seeded =
+            grp.kt < 0 && m_plan.slot_edge[grp.kt_transpose][0] == 0 && m_has[at(nodes[grp.kt_transpose].inputs[0])];
         Array<T>* dkt = grp.kt >= 0 ? input_grad(grp.kt_reader, grp.kt_slot) : nullptr;
         Array<T>* dk_direct = grp.kt >= 0 ? nullptr : input_grad(grp.kt_transpose, 0);
         Array<T> dk_local;

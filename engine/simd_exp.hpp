@@ -7,8 +7,8 @@
 //
 // simd_exp: the argument is clamped to [-1000, 1000] first (exp(±1000) is 0 and inf in float
 // and double, as exp of anything beyond is, so no finite x changes its result) and a NaN
-// passes around exp. simd_tanh and simd_erf: the same clamp (tanh and erf are ±1 there in
-// float and double) and NaN around. simd_pow: xsimd::pow's arithmetic through simd_exp, its
+// passes around exp (inside, it is -1000). simd_tanh and simd_erf: the same clamp (tanh and
+// erf are ±1 there in float and double) and NaN around. simd_pow: xsimd::pow's arithmetic through simd_exp, its
 // integer tests on the scalar exponent in C++, and the C library's (numpy's) values where x
 // is ±0, ±inf or NaN, or p is 0 (xsimd gives pow(0, 0) = 0, pow(0, -1) = 0, pow(-inf, 0.5) =
 // NaN, pow(NaN, 0) = NaN; C gives 1, inf, inf, 1). Every other x gets xsimd::pow's bits.
@@ -24,32 +24,31 @@ namespace attngraph {
 // (always inlined, as xsimd::exp was where this is called: out of line, GCC 12 warns on the
 // AVX-512 intrinsics' _mm512_undefined_* inside it, its bug 105593)
 namespace simd_detail {
-/// x clamped to [-1000, 1000], NaN to 0 (`nan` says where x is NaN).
+/// x clamped to [-1000, 1000], NaN to -1000: xsimd's max is the max instruction (SSE2's
+/// maxps/maxpd, AVX's, AVX-512's), which gives its second operand where either is NaN.
 template <class B>
-[[gnu::always_inline]] inline B clamp_1000(const B& x, const typename B::batch_bool_type& nan) {
+[[gnu::always_inline]] inline B clamp_1000(const B& x) {
     using T = typename B::value_type;
-    const B lo = B::broadcast(T(-1000)), hi = B::broadcast(T(1000));
-    const B clamped = xsimd::select(x < lo, lo, xsimd::select(x > hi, hi, x));
-    return xsimd::select(nan, B::broadcast(T(0)), clamped);
+    return xsimd::min(xsimd::max(x, B::broadcast(T(-1000))), B::broadcast(T(1000)));
 }
 }  // namespace simd_detail
 
 template <class B>
 [[gnu::always_inline]] inline B simd_exp(const B& x) {
     const auto nan = xsimd::isnan(x);
-    return xsimd::select(nan, x, xsimd::exp(simd_detail::clamp_1000(x, nan)));
+    return xsimd::select(nan, x, xsimd::exp(simd_detail::clamp_1000(x)));
 }
 
 template <class B>
 [[gnu::always_inline]] inline B simd_tanh(const B& x) {
     const auto nan = xsimd::isnan(x);
-    return xsimd::select(nan, x, xsimd::tanh(simd_detail::clamp_1000(x, nan)));
+    return xsimd::select(nan, x, xsimd::tanh(simd_detail::clamp_1000(x)));
 }
 
 template <class B>
 [[gnu::always_inline]] inline B simd_erf(const B& x) {
     const auto nan = xsimd::isnan(x);
-    return xsimd::select(nan, x, xsimd::erf(simd_detail::clamp_1000(x, nan)));
+    return xsimd::select(nan, x, xsimd::erf(simd_detail::clamp_1000(x)));
 }
 
 /// ln x. xsimd::log (xsimd 8) reads a double's exponent before it scales a subnormal x up, and
@@ -63,7 +62,8 @@ template <class B>
         if (xsimd::any(sub)) {
             const B two54 = B::broadcast(18014398509481984.0);  // 2^54
             // 54·ln 2 in two parts (fdlibm's ln2_hi, ln2_lo): the high part's product is exact
-            const B hi = B::broadcast(54 * 6.93147180369123816490e-01), lo = B::broadcast(54 * 1.90821492927058770002e-10);
+            const B hi = B::broadcast(54 * 6.93147180369123816490e-01),
+                    lo = B::broadcast(54 * 1.90821492927058770002e-10);
             const B r = xsimd::log(xsimd::select(sub, x * two54, x));
             return xsimd::select(sub, (r - hi) - lo, r);
         }

@@ -6,10 +6,10 @@
 #include <cmath>
 #include <limits>
 #include <map>
-#include <type_traits>
-#include <typeinfo>
 #include <ostream>
 #include <string>
+#include <type_traits>
+#include <typeinfo>
 #include <utility>
 #include <vector>
 
@@ -34,10 +34,9 @@ const double inf = std::numeric_limits<double>::infinity();
 const double nan = std::numeric_limits<double>::quiet_NaN();
 
 /// The extreme values (f32 rounds ±1.7e308 to ±inf and 1e-310 to 0)
-const std::vector<double> extremes = {nan,  inf,     -inf,    1e38,     -1e38,     1.7e308, -1.7e308,
-                                      -0.0, 0.0,     1e-310,  -1e-310,  1e-40,     -1e-40,  1e20,
-                                      -1e20, 1e300,  -1e300,  3.0e38,   -3.0e38,   1000,    -1000,
-                                      0.5,  -0.5,    2.5,     -2.5};
+const std::vector<double> extremes = {nan,     inf,     -inf,  1e38,   -1e38, 1.7e308, -1.7e308, -0.0,   0.0,
+                                      1e-310,  -1e-310, 1e-40, -1e-40, 1e20,  -1e20,   1e300,    -1e300, 3.0e38,
+                                      -3.0e38, 1000,    -1000, 0.5,    -0.5,  2.5,     -2.5};
 
 struct Case {
     std::string op;
@@ -156,8 +155,9 @@ void run_case(const Case& c) {
     for (int threads : {1, 4}) {
         const std::vector<Array<T>> via = executor_gradients<T>(graph, by_name, wrt, threads);
         for (std::size_t k = 0; k < wrt.size(); ++k)
-            BOOST_TEST(same_bits(via[k], wanted[k]), c.op << ": dL/d" << wrt[k] << " of the definition and of the executor at "
-                                                        << threads << " threads differ");
+            BOOST_TEST(same_bits(via[k], wanted[k]), c.op << ": dL/d" << wrt[k]
+                                                          << " of the definition and of the executor at " << threads
+                                                          << " threads differ");
     }
     for (std::size_t k = 0; k < wrt.size(); ++k) {
         BOOST_TEST_MESSAGE(c << " " << typeid(T).name() << " dL/d" << wrt[k]);
@@ -180,7 +180,9 @@ struct Unary {
     double p = 0;
 };
 
-std::ostream& operator<<(std::ostream& out, const Unary& u) { return out << u.op << " " << u.attrs.dump(); }
+std::ostream& operator<<(std::ostream& out, const Unary& u) {
+    return out << u.op << " " << u.attrs.dump();
+}
 
 const std::vector<Unary> unary = {
     {"Exp", nullptr, [](double x, double) { return std::exp(x); }},
@@ -251,9 +253,9 @@ void check_values(const std::string& what, const Array<double>& x, const Array<d
     BOOST_TEST_REQUIRE(y.size() == want.size());
     for (std::size_t i = 0; i < want.size(); ++i) {
         const double got = y.data()[i], w = want[i];
-        const bool ok = std::isnan(w)                      ? std::isnan(got)
-                        : std::isinf(w) || w == 0          ? got == w && std::signbit(got) == std::signbit(w)
-                                                           : std::abs(got - w) <= rel * std::abs(w);
+        const bool ok = std::isnan(w)             ? std::isnan(got)
+                        : std::isinf(w) || w == 0 ? got == w && std::signbit(got) == std::signbit(w)
+                                                  : std::abs(got - w) <= rel * std::abs(w);
         BOOST_TEST(ok, what << "(" << x.data()[i] << ") = " << got << ", want " << w);
     }
 }
@@ -386,7 +388,7 @@ BOOST_AUTO_TEST_CASE(fused_softcap_chain_on_non_finite_scores) {
     const RunResult fused = run(g, keep_all), unfused = run(g, plain);
     const Array<double> o = fused.at(g, "O").as<double>();
     check_values("O", Array<double>(o.shape(), 0.0), o, want, 1e-12);
-    BOOST_TEST(std::isnan(o(0, 0, 1, 0)));  // not vacuous: the NaN row
+    BOOST_TEST(std::isnan(o(0, 0, 1, 0)));     // not vacuous: the NaN row
     BOOST_TEST(std::isfinite(o(0, 0, 2, 0)));  // and the capped infinite scores
     BOOST_TEST(same_bits(o, unfused.at(g, "O").as<double>()));
     // the backward recomputes the chain (the Tanh's output): dQ and dK as the unfused graph's.
