@@ -8,9 +8,9 @@
 // simd_exp: the argument is clamped to [-1000, 1000] first (exp(±1000) is 0 and inf in float
 // and double, as exp of anything beyond is, so no finite x changes its result) and a NaN
 // passes around exp (inside, it is -1000). simd_tanh and simd_erf: the same clamp (tanh and
-// erf are ±1 there in float and double) and NaN around. simd_pow: xsimd::pow's arithmetic through simd_exp, its
-// integer tests on the scalar exponent in C++, and the C library's (numpy's) values where x
-// is ±0, ±inf or NaN, or p is 0 (xsimd gives pow(0, 0) = 0, pow(0, -1) = 0, pow(-inf, 0.5) =
+// erf are ±1 there in float and double) and NaN around. simd_pow: xsimd::pow's arithmetic
+// through simd_exp, its integer tests on the scalar exponent in C++, and the C library's
+// (numpy's) values where x is ±0, ±inf or NaN, or p is 0 (xsimd gives pow(0, 0) = 0, pow(0, -1) = 0, pow(-inf, 0.5) =
 // NaN, pow(NaN, 0) = NaN; C gives 1, inf, inf, 1). Every other x gets xsimd::pow's bits.
 #include <cmath>
 #include <cstddef>
@@ -87,8 +87,7 @@ inline B simd_pow(const B& x, typename B::value_type p) {
     const auto negx = x < zero;
     const auto iszero = x == zero;
     const B adj = xsimd::select(iszero, B::broadcast(static_cast<T>(2.718281828459045)), xsimd::abs(x));
-    B z = simd_exp(vp * simd_log(adj));
-    z = xsimd::select(iszero, zero, z);
+    B z = simd_exp(vp * simd_log(adj));  // (x = ±0 lanes: C's value below)
     const bool integral = std::trunc(p) == p, odd = integral && std::fmod(std::abs(p), T(2)) == T(1);
     if (odd) z = xsimd::select(negx, -z, z);
     if (!integral) z = xsimd::select(negx, B::broadcast(std::numeric_limits<T>::quiet_NaN()), z);
