@@ -18,6 +18,7 @@
 #include <tbb/task_group.h>
 
 #include "engine/autodiff.hpp"
+#include "engine/buffer_pool.hpp"
 #include "engine/error.hpp"
 #include "engine/optimize.hpp"
 #include "engine/parallel.hpp"
@@ -391,8 +392,8 @@ public:
                 m_result.values[id] = v.data;
             else if (auto p = m_options.patches.find(kept); p != m_options.patches.end())
                 m_result.values[id] = p->second;
-            else if (m_ptr[id])  // the run's own buffer, never an arena's
-                m_result.values[id] = std::make_shared<const Tensor>(std::move(m_owned[id]));
+            else if (m_ptr[id])  // the run's own buffer, never an arena's: back to the pool when let go
+                m_result.values[id] = share_pooled(Tensor(std::move(m_owned[id])));
         }
         return std::move(m_result);
     }

@@ -24,14 +24,14 @@ namespace attngraph {
 
 /// Whether a value of `bytes`, written once, is better written by streaming stores. From
 /// 1 MiB it does not stay in a core's cache beside the work that produces it (and the other
-/// values traced with it: at n = 512, 12 heads' S_raw, S and A are 36 MiB). Up to 32 MiB
-/// (glibc's largest mmap threshold) its memory may come back from an earlier run with cold
-/// lines, where a process keeps what it frees (as `bench` does): streaming halves the traffic
-/// there, and costs nothing measurable in fresh memory. A larger buffer is always fresh from
-/// mmap: each huge-page fault leaves 2 MiB of zeros in the cache, which streaming stores would
-/// evict and write back before writing again (causal, n = 2048, traced: 10-30% slower).
+/// values traced with it: at n = 512, 12 heads' S_raw, S and A are 36 MiB). Its memory comes
+/// back from an earlier run with cold lines (engine/buffer_pool.hpp; up to 32 MiB, glibc's
+/// largest mmap threshold, also from the heap of a process that keeps what it frees, as
+/// `bench` does): streaming halves the traffic there. In memory fresh from mmap, where each
+/// huge-page fault leaves 2 MiB of zeros in the cache for the stores to evict, it costs
+/// up to 6% (a process's first traced run; `causal`, n = 2048, traced: 600 ms against 567).
 constexpr bool streams(std::size_t bytes) {
-    return bytes >= (std::size_t{1} << 20) && bytes < (std::size_t{32} << 20);
+    return bytes >= (std::size_t{1} << 20);
 }
 
 namespace stream_detail {

@@ -7,6 +7,7 @@
 #include <sys/mman.h>
 #endif
 
+#include "engine/buffer_pool.hpp"
 #include "engine/error.hpp"
 
 namespace attngraph {
@@ -101,6 +102,17 @@ void advise_huge_pages(void* data, std::size_t bytes) {
     (void)bytes;
 #endif
 }
+
+template <class T>
+Array<T> uninitialized(const Shape& shape) {
+    Array<T> a;
+    if (element_count(shape) * sizeof(T) >= buffer_pool_min_bytes && take_pooled(a, shape)) return a;
+    a = Array<T>::from_shape(shape);
+    advise_huge_pages(a.data(), a.size() * sizeof(T));
+    return a;
+}
+template Array<float> uninitialized<float>(const Shape&);
+template Array<double> uninitialized<double>(const Shape&);
 
 Tensor zeros(DType dtype, const Shape& shape) {
     if (dtype == DType::f32) return Tensor(Array<float>(Array<float>::shape_type(shape.begin(), shape.end()), 0.0f));

@@ -79,12 +79,11 @@ constexpr std::size_t huge_page_min_bytes = std::size_t{4} << 20;
 /// block misses the TLB on every row. Nothing about the values changes.
 void advise_huge_pages(void* data, std::size_t bytes);
 
-/// An uninitialised array of `shape` (Array<T>::from_shape), its buffer advised as above.
+/// An uninitialised array of `shape`: a buffer from the pool (engine/buffer_pool.hpp) when
+/// one of its size waits there, else Array<T>::from_shape with its buffer advised as above.
 template <class T>
-Array<T> uninitialized(const Shape& shape) {
-    Array<T> a = Array<T>::from_shape(shape);
-    advise_huge_pages(a.data(), a.size() * sizeof(T));
-    return a;
-}
+Array<T> uninitialized(const Shape& shape);
+extern template Array<float> uninitialized<float>(const Shape&);
+extern template Array<double> uninitialized<double>(const Shape&);
 
 }  // namespace attngraph

@@ -38,6 +38,8 @@ for r in $(seq "$rounds"); do
   b bwd4096 --seq 4096 "${mha[@]}" --reps 1 --backward
   # keep: traced runs at <= 1.3x untraced
   b traced1024 --seq 1024 "${mha[@]}" --reps 5 --trace memory
+  b batched1024 --variant mha-batched --seq 1024 "${mha[@]}" --reps 5
+  b tracedb1024 --variant mha-batched --seq 1024 "${mha[@]}" --reps 5 --trace memory
   # 1: causal at half the cost, the causal window at a quarter
   b batched4096 --variant mha-batched --seq 4096 "${mha[@]}" --reps 3
   b causal4096 --variant causal --seq 4096 "${mha[@]}" --reps 3
@@ -74,6 +76,7 @@ targets = [  # (target, what, value of a round, limit, "<=" or ">=")
     ("6", "--as-unknown-cpu GFLOP/s / OpenBLAS's pick", lambda r: gf(r, "unknown") / gf(r, "gemm"), 0.8, ">="),
     ("6", "Prescott alone / OpenBLAS's pick (no target)", lambda r: gf(r, "prescott") / gf(r, "gemm"), None, ""),
     ("keep", "traced / untraced, n=1024 (time)", lambda r: ms(r, "traced1024") / ms(r, "fwd1024"), 1.3, "<="),
+    ("keep", "the same, mha-batched (time)", lambda r: ms(r, "tracedb1024") / ms(r, "batched1024"), 1.3, "<="),
 ]
 print()
 print("| target | what | per round | median | limit | met |")

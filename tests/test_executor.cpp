@@ -12,6 +12,8 @@
 #include <boost/test/data/test_case.hpp>
 #include <boost/test/unit_test.hpp>
 
+#include "engine/buffer_pool.hpp"
+#include "engine/builder.hpp"
 #include "engine/error.hpp"
 #include "engine/executor.hpp"
 #include "engine/graph_file.hpp"
@@ -19,7 +21,6 @@
 #include "engine/parallel.hpp"
 #include "engine/trace.hpp"
 #include "graphs/mha.hpp"
-#include "engine/builder.hpp"
 #include "ops/ops.hpp"
 #include "support/helpers.hpp"
 #include "support/op_test.hpp"
@@ -285,6 +286,95 @@ BOOST_AUTO_TEST_CASE(a_large_run_value_is_advised_for_huge_pages) {
         BOOST_TEST(flags.find(" hg") != std::string::npos);
     else  // a kernel without transparent huge pages takes no such advice
         BOOST_TEST(flags.find(" hg") == std::string::npos);
+}
+
+// A run's value of 4 MiB or more, once the caller lets it go, lends its buffer to the next
+// run (engine/buffer_pool.hpp); a value the caller still holds is never written again.
+BOOST_AUTO_TEST_CASE(let_go_values_lend_their_buffers_to_the_next_run) {
+    static_assert(buffer_pool_min_bytes == std::size_t{4} << 20);
+    release_buffer_pool();
+    Array<float> xs = Array<float>::from_shape({1024, 1024});
+    for (std::size_t i = 0; i < xs.size(); ++i) xs.data()[i] = static_cast<float>(i % 997) - 300.0f;
+    GraphBuilder gb("pooled", DType::f32);
+    Value x = gb.input("X", Tensor(xs));
+    Value a = scale(x, 2).named("a");  // 4 MiB
+    Value b = add(a, x).named("b");    // 4 MiB
+    gb.output(b);
+    const Graph g = gb.build();
+    RunOptions o;
+    o.threads = 2;
+    o.trace = true;
+    const auto check = [&](const RunResult& r) {
+        const float* va = r.at(g, "a").as<float>().data();
+        const float* vb = r.at(g, "b").as<float>().data();
+        for (std::size_t i = 0; i < xs.size(); ++i) {
+            if (va[i] != xs.data()[i] * 2.0f || vb[i] != xs.data()[i] * 3.0f) {
+                BOOST_ERROR("element " << i << ": a " << va[i] << ", b " << vb[i] << ", x " << xs.data()[i]);
+                return;
+            }
+        }
+    };
+    const BufferPoolStats start = buffer_pool_stats();
+    BOOST_TEST(start.buffers == 0u);
+    auto first = std::make_unique<RunResult>(run(g, o));
+    check(*first);
+    const float* a_buffer = first->at(g, "a").as<float>().data();
+    const float* b_buffer = first->at(g, "b").as<float>().data();
+    // held: the next run writes elsewhere, and the held values keep their numbers
+    const RunResult second = run(g, o);
+    check(second);
+    check(*first);
+    BOOST_TEST(second.at(g, "a").as<float>().data() != a_buffer);
+    BOOST_TEST(second.at(g, "b").as<float>().data() != b_buffer);
+    BOOST_TEST(buffer_pool_stats().taken == start.taken);
+    // `a` still referenced from outside the result: only b's buffer returns
+    std::shared_ptr<const Tensor> a_held = first->values[static_cast<std::size_t>(g.at("a"))];
+    first.reset();
+    BOOST_TEST(buffer_pool_stats().buffers == 1u);
+    BOOST_TEST(buffer_pool_stats().bytes == std::size_t{4} << 20);
+    const RunResult third = run(g, o);
+    check(third);
+    BOOST_TEST(a_held->as<float>().data() == a_buffer);
+    BOOST_TEST(third.at(g, "a").as<float>().data() == b_buffer);  // the first step takes it
+    BOOST_TEST(third.at(g, "b").as<float>().data() != a_buffer);
+    BOOST_TEST(buffer_pool_stats().taken == start.taken + 1);
+    BOOST_TEST(buffer_pool_stats().buffers == 0u);
+    for (std::size_t i = 0; i < xs.size(); i += 4099) BOOST_TEST(a_held->as<float>().data()[i] == xs.data()[i] * 2.0f);
+    a_held.reset();
+    BOOST_TEST(buffer_pool_stats().buffers == 1u);
+    release_buffer_pool();
+    BOOST_TEST(buffer_pool_stats().buffers == 0u);
+}
+
+// The pool matches dtype and element count (any shape), takes the newest buffer first, and
+// lets small values go as usual.
+BOOST_AUTO_TEST_CASE(the_buffer_pool_matches_dtype_and_size) {
+    release_buffer_pool();
+    const std::size_t n = (std::size_t{4} << 20) / sizeof(float);
+    const auto filled = [](std::size_t count, float v) {
+        Array<float> a = Array<float>::from_shape({count});
+        std::fill(a.begin(), a.end(), v);
+        return a;
+    };
+    std::shared_ptr<const Tensor> older = share_pooled(Tensor(filled(n, 1.0f)));
+    std::shared_ptr<const Tensor> newer = share_pooled(Tensor(filled(n, 2.0f)));
+    std::shared_ptr<const Tensor> small = share_pooled(Tensor(filled(n - 1, 3.0f)));
+    const float* newer_buffer = newer->as<float>().data();
+    older.reset();
+    newer.reset();
+    small.reset();
+    BOOST_TEST(buffer_pool_stats().buffers == 2u);  // not the one under 4 MiB
+    Array<double> d;
+    BOOST_TEST(!take_pooled(d, Shape{n / 2}));  // the same bytes, another dtype
+    Array<float> f;
+    BOOST_TEST(!take_pooled(f, Shape{n + 1}));
+    BOOST_TEST(take_pooled(f, Shape{512, n / 512}));
+    BOOST_TEST(f.data() == newer_buffer);
+    BOOST_TEST((Shape(f.shape().begin(), f.shape().end()) == Shape{512, n / 512}));
+    BOOST_TEST(f(511, n / 512 - 1) == 2.0f);          // the contents are whatever they were
+    Array<float> g = uninitialized<float>(Shape{n});  // the older one, through the allocator
+    BOOST_TEST(g(0) == 1.0f);
+    BOOST_TEST(buffer_pool_stats().buffers == 0u);
 }
 
 BOOST_AUTO_TEST_CASE(explicit_outputs_and_tensor_outputs_are_kept) {
