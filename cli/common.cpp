@@ -106,7 +106,7 @@ Graph load_with_inputs(const GraphArgs& args, OnnxNames* onnx_names) {
     }
     if (!replacements.empty()) {
         try {
-            graph = graph.with_tensors(replacements);
+            graph = graph.with_tensors(std::move(replacements));
             check_memory(graph, max_bytes);
         } catch (const ShapeError& e) {
             throw ShapeError(args.graph + " with --input: " + e.what());

@@ -28,7 +28,8 @@ public:
         std::vector<Pooled> freed;  // freed after the lock is let go
         std::lock_guard<std::mutex> lock(m_mutex);
         expire(Clock::now(), freed);
-        if (bytes > m_max_bytes) return;                                             // t is freed on the way out
+        // too big to keep: t is freed by the caller
+        if (bytes > m_max_bytes) return;
         while (!m_waiting.empty() && m_bytes + bytes > m_max_bytes) drop(0, freed);  // the oldest
         t.visit([&](auto& a) { a.reshape({count}); });
         m_waiting.push_back(Pooled{std::move(t), count, bytes, Clock::now()});

@@ -246,8 +246,8 @@ using detail::PlanKey, detail::RunPlan, detail::RunArena, detail::TypedArena;
 class RunCache {
 public:
     // Bounds: the plans of at most max_plans kept sets (the least recently used goes), and
-    // at most max_idle_arenas arenas waiting for a run, over all the plans (so a graph keeps
-    // at most max_idle_arenas x run_arena_max_bytes of buffers between runs).
+    // at most max_idle_arenas arenas waiting for a run, over all the plans, holding at most
+    // run_arena_max_bytes together (a graph keeps no more buffers than that between runs).
     static constexpr std::size_t max_plans = 8;
     static constexpr std::size_t max_idle_arenas = 4;
 
@@ -270,6 +270,7 @@ public:
         m_entries.push_front(Entry{key, made, {}});
         if (m_entries.size() > max_plans) {
             m_idle -= m_entries.back().idle.size();
+            m_idle_bytes -= m_entries.back().idle.size() * m_entries.back().plan->arena_bytes;
             m_entries.pop_back();
         }
         return made;
@@ -284,6 +285,7 @@ public:
                 std::unique_ptr<RunArena> a = std::move(e->idle.back());
                 e->idle.pop_back();
                 --m_idle;
+                m_idle_bytes -= plan->arena_bytes;
                 return std::unique_ptr<TypedArena<T>>(static_cast<TypedArena<T>*>(a.release()));
             }
             ++m_stats.arenas_made;
@@ -295,9 +297,10 @@ public:
     void give_back(const std::shared_ptr<const RunPlan>& plan, std::unique_ptr<RunArena> arena) {
         std::lock_guard<std::mutex> lock(m_mutex);
         Entry* e = find(plan);
-        if (!e || m_idle >= max_idle_arenas) return;
+        if (!e || m_idle >= max_idle_arenas || m_idle_bytes + plan->arena_bytes > run_arena_max_bytes) return;
         e->idle.push_back(std::move(arena));
         ++m_idle;
+        m_idle_bytes += plan->arena_bytes;
     }
 
     RunCacheStats stats() {
@@ -323,6 +326,7 @@ private:
     std::mutex m_mutex;
     std::list<Entry> m_entries;  // most recently used first
     std::size_t m_idle = 0;
+    std::size_t m_idle_bytes = 0;  // their buffers' bytes
     RunCacheStats m_stats;
 };
 

@@ -70,10 +70,13 @@ struct TaskGraph {
 class Gradients;
 
 /// @brief A run's values that nobody sees (neither kept nor outputs) come from buffers kept
-/// across runs in the graph's RunCache when they need at most this many bytes together;
-/// a bigger run allocates each when its step runs and frees it after its last reader, so it
-/// holds only the values alive at once (long sequences stay linear in memory).
-constexpr std::size_t run_arena_max_bytes = std::size_t{16} << 20;
+/// across runs in the graph's RunCache when they need at most this many bytes together
+/// (`mha-batched` at n = 1024, d_model 768, fits, at n = 2048 not); a bigger run allocates each when its
+/// step runs and frees it after its last reader, so it holds only the values alive at once
+/// (long sequences stay linear in memory). Kept across runs, the buffers cost no page faults:
+/// with glibc's default policy (a Python process) a value above its mmap threshold is mapped
+/// and zeroed afresh each time it is allocated.
+constexpr std::size_t run_arena_max_bytes = std::size_t{64} << 20;
 
 /// @brief What a graph's RunCache holds (tests read it).
 struct RunCacheStats {

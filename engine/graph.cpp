@@ -102,16 +102,16 @@ void Graph::infer_shapes() {
     check_memory(*this, SIZE_MAX / 2);  // no shape whose size overflows reaches the executor
 }
 
-Graph Graph::with_tensors(const std::map<std::string, Tensor>& replacements) const {
+Graph Graph::with_tensors(std::map<std::string, Tensor> replacements) const {
     Graph g = *this;
-    for (const auto& [name, tensor] : replacements) {
+    for (auto& [name, tensor] : replacements) {
         int id = at(name);
         ValueInfo& v = g.m_values[static_cast<std::size_t>(id)];
         if (v.kind == ValueKind::node)
             throw GraphError("'" + name + "' is a node of graph '" + m_name +
                              "', not an input or param tensor: it cannot be replaced");
-        v.data = std::make_shared<const Tensor>(tensor.cast(m_dtype));
         v.shape = tensor.shape();
+        v.data = std::make_shared<const Tensor>(tensor.dtype() == m_dtype ? std::move(tensor) : tensor.cast(m_dtype));
     }
     g.infer_shapes();
     // the same structure, dtype and shapes: the same plans (they do not depend on the data)

@@ -93,8 +93,9 @@ public:
     std::string formula(const Node& node) const;
 
     /// A copy with some input/param tensors replaced (shapes may change) and every shape
-    /// inferred again; throws ShapeError where the new shapes do not fit.
-    Graph with_tensors(const std::map<std::string, Tensor>& replacements) const;
+    /// inferred again; throws ShapeError where the new shapes do not fit. A replacement in
+    /// the graph's dtype is moved in (pass the map as an rvalue to spare the copy).
+    Graph with_tensors(std::map<std::string, Tensor> replacements) const;
     /// A copy computing in another dtype (tensors converted).
     Graph with_dtype(DType dtype) const;
 

@@ -272,8 +272,8 @@ BOOST_AUTO_TEST_CASE(with_tensors_shares_the_cache_only_when_no_shape_changes) {
 }
 
 BOOST_AUTO_TEST_CASE(a_run_over_the_arena_limit_allocates_per_run) {
-    // X (2048 x 2049) f32 is just over run_arena_max_bytes: its unseen Scale has no arena
-    const std::size_t rows = 2048, cols = 2049;
+    // X (4096 x 4097) f32 is just over run_arena_max_bytes: its unseen Scale has no arena
+    const std::size_t rows = 4096, cols = 4097;
     BOOST_TEST_REQUIRE(rows * cols * sizeof(float) > run_arena_max_bytes);
     GraphBuilder gb("big", DType::f32);
     Value x = gb.input("X", graphs::random_tensor({rows, cols}, DType::f32, 5));
@@ -299,6 +299,45 @@ BOOST_AUTO_TEST_CASE(a_run_over_the_arena_limit_allocates_per_run) {
     run(small, o);
     run(small, o);
     BOOST_TEST(run_cache_stats(small).arenas_made == 1u);
+}
+
+// Arenas waiting between runs hold at most run_arena_max_bytes together: a run that starts
+// while another holds the graph's arena makes a second one, and of the two only one stays
+// when their buffers need more than that; a small graph's stay both.
+BOOST_AUTO_TEST_CASE(idle_arenas_hold_at_most_the_arena_limit) {
+    for (const std::size_t cols : {std::size_t{2560}, std::size_t{16}}) {
+        const std::size_t rows = 2048;  // 2048 x 2560 f32: 20 MiB a value, 40 MiB an arena
+        BOOST_TEST_CONTEXT("cols " << cols) {
+            GraphBuilder gb("two_unseen", DType::f32);
+            Value x = gb.input("X", graphs::random_tensor({rows, cols}, DType::f32, 7));
+            gb.output(scale(scale(scale(x, 0.5).named("a"), 3.0).named("b"), 0.25).named("Y"));
+            const Graph g = gb.build();
+            const std::size_t arena_bytes = 2 * rows * cols * sizeof(float);
+            BOOST_TEST_REQUIRE((cols == 16 || 2 * arena_bytes > run_arena_max_bytes));
+            BOOST_TEST_REQUIRE(arena_bytes <= run_arena_max_bytes);
+            Executor inner(1);
+            std::atomic<bool> nested{false};
+            RunResult second;
+            RunOptions o;
+            o.threads = 1;
+            // the second run starts and ends while the first holds its arena
+            o.progress = [&](std::size_t, std::size_t) {
+                if (!nested.exchange(true)) second = inner.run(g, RunOptions{});
+            };
+            const RunResult first = run(g, o);
+            BOOST_TEST(nested.load());
+            const Array<float>& xa = g.value(g.at("X")).data->as<float>();
+            for (const RunResult* r : {&first, static_cast<const RunResult*>(&second)}) {
+                const Array<float>& y = r->at(g, "Y").as<float>();
+                std::size_t wrong = 0;
+                for (std::size_t i = 0; i < xa.size(); ++i)
+                    wrong += y.data()[i] != 0.25f * (3.0f * (0.5f * xa.data()[i]));
+                BOOST_TEST(wrong == 0u);
+            }
+            BOOST_TEST(run_cache_stats(g).arenas_made == 2u);
+            BOOST_TEST(run_cache_stats(g).idle_arenas == (cols == 16 ? 2u : 1u));
+        }
+    }
 }
 
 // A moved-from graph (its nodes and its run cache went with the move) refuses to run with an
