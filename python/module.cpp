@@ -18,6 +18,7 @@
 #include <sstream>
 
 #include "engine/autodiff.hpp"
+#include "engine/buffer_pool.hpp"
 #include "engine/builder.hpp"
 #include "engine/error.hpp"
 #include "engine/executor.hpp"
@@ -152,7 +153,7 @@ GraphPtr with_inputs(const GraphPtr& graph, const py::dict& inputs, std::size_t 
                              "' is a node output, not a tensor (patch it with patch={'" + name + "': ...})");
         replacements[name] = from_numpy(v, graph->dtype(), "input " + name, max_bytes);
     }
-    return std::make_shared<Graph>(graph->with_tensors(replacements));
+    return std::make_shared<Graph>(graph->with_tensors(std::move(replacements)));
 }
 
 std::function<Tensor(const Tensor&)> make_hook(const py::function& fn, DType dtype, const std::string& name) {
@@ -556,6 +557,11 @@ PYBIND11_MODULE(_core, m) {
     m.def("grad", &grad_graph, py::arg("graph"), py::arg("inputs"), py::arg("wrt"), py::arg("output_grads"),
           py::arg("patch"), py::arg("threads"), py::arg("tokens"), py::arg("max_memory") = std::nullopt);
     m.def("default_max_memory", &default_max_memory);
+    m.def("release_memory", [] {
+        const std::size_t bytes = buffer_pool_stats().bytes;
+        release_buffer_pool();
+        return bytes;
+    });
     m.def("infer", &infer);
     m.def("build", &build);
     m.def("new_variant", &new_variant);

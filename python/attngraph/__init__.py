@@ -24,7 +24,7 @@ __all__ = [
     "Error", "GraphError", "ShapeError", "IoError", "Graph", "Trace", "Gradients", "NodeTable", "Builder",
     "Value", "load", "parse", "new", "variants", "linear", "matmul", "transpose", "scale", "softmax", "concat",
     "add", "mask_causal", "mask_window", "mask_padding", "mask", "slice", "split", "reshape", "permute", "sweep",
-    "default_max_memory",
+    "default_max_memory", "release_memory",
 ]
 
 
@@ -157,6 +157,13 @@ def default_max_memory():
     """The memory limit of run() and grad() when max_memory= is not given: half of the
     machine's memory, as the CLI's --max-memory default."""
     return _core.default_max_memory()
+
+
+def release_memory():
+    """Frees the buffers that runs' large values (4 MiB or more) left for later runs once
+    their arrays were gone (they wait 5 seconds at most, freed at the next run after that);
+    gives back how many bytes that was."""
+    return _core.release_memory()
 
 
 class NodeTable(str):

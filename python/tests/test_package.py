@@ -62,6 +62,41 @@ def test_arrays_share_the_run_buffer_and_keep_it_alive(seed_path):
     np.testing.assert_array_equal(a, before)
 
 
+def test_large_values_lend_their_buffers_once_let_go():
+    # 1024 x 1024 f32 = 4 MiB: once the trace and its arrays are gone, the next run writes
+    # into the same buffer; an array still held keeps its numbers through later runs
+    attngraph.release_memory()
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(1024, 1024)).astype(np.float32)
+    b = attngraph.Builder("pooled")
+    X = b.input("X", x)
+    b.output(((X * 2.0).named("a") + X).named("y"))
+    g = b.build()
+
+    def address(arr):
+        return arr.__array_interface__["data"][0]
+
+    r = g.run(trace=True)
+    np.testing.assert_array_equal(r["a"], x * 2)
+    np.testing.assert_array_equal(r["y"], x * 3)
+    held = r["a"]
+    a_address = address(held)
+    del r
+    assert attngraph.release_memory() == 4 << 20  # y's buffer waited; a's is still held
+    r = g.run(trace=True)
+    y_address = address(r["y"])
+    del r
+    r = g.run({"X": -x}, trace=True)
+    assert address(r["a"]) == y_address  # the first step took the buffer y let go
+    np.testing.assert_array_equal(r["a"], -x * 2)
+    np.testing.assert_array_equal(r["y"], -x * 3)
+    assert address(held) == a_address
+    np.testing.assert_array_equal(held, x * 2)
+    del r, held
+    assert attngraph.release_memory() == 12 << 20  # a, y and the held one
+    assert attngraph.release_memory() == 0
+
+
 def test_inputs_in_f64_and_other_dtypes_are_converted(seed_path, seed_values):
     g = attngraph.load(seed_path)
     x = seed_x()
