@@ -110,7 +110,10 @@ std::shared_ptr<const Tensor> share_pooled(Tensor&& t) {
     return std::shared_ptr<const Tensor>(new Tensor(std::move(t)), [](const Tensor* p) {
         // the last reference: nobody reads the value any more, its buffer may be reused
         std::unique_ptr<Tensor> owned(const_cast<Tensor*>(p));
-        pool().give(std::move(*owned));
+        try {
+            pool().give(std::move(*owned));
+        } catch (...) {  // no memory for the pool's list: the buffer is freed instead
+        }
     });
 }
 
