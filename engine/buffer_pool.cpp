@@ -7,11 +7,33 @@
 
 #include <sys/sysinfo.h>
 
+#include "engine/sanitizers.hpp"
+#ifdef ATTNGRAPH_ASAN
+#include <sanitizer/asan_interface.h>
+#endif
+
 namespace attngraph {
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// Under AddressSanitizer a waiting buffer is poisoned: a read or write through a pointer kept
+// from the value it held (a use after its release, which the pool would otherwise hide) is
+// reported as ASan reports a use after free.
+void poison(Tensor& t, bool on) {
+#ifdef ATTNGRAPH_ASAN
+    t.visit([&](auto& a) {
+        if (on)
+            ASAN_POISON_MEMORY_REGION(a.data(), a.size() * sizeof(*a.data()));
+        else
+            ASAN_UNPOISON_MEMORY_REGION(a.data(), a.size() * sizeof(*a.data()));
+    });
+#else
+    (void)t;
+    (void)on;
+#endif
+}
 
 struct Pooled {
     Tensor buffer;  // a flat array of `count` elements
@@ -32,6 +54,7 @@ public:
         if (bytes > m_max_bytes) return;
         while (!m_waiting.empty() && m_bytes + bytes > m_max_bytes) drop(0, freed);  // the oldest
         t.visit([&](auto& a) { a.reshape({count}); });
+        poison(t, true);
         m_waiting.push_back(Pooled{std::move(t), count, bytes, Clock::now()});
         m_bytes += bytes;
         ++m_returned;
@@ -46,6 +69,7 @@ public:
         for (std::size_t i = m_waiting.size(); i-- > 0;) {  // the newest first: its pages are warmest
             Pooled& p = m_waiting[i];
             if (p.count != count || p.buffer.dtype() != dtype_of<T>()) continue;
+            poison(p.buffer, false);
             out = std::move(p.buffer.as<T>());
             out.reshape(shape);
             m_bytes -= p.bytes;
@@ -71,6 +95,7 @@ public:
 
 private:
     void drop(std::size_t i, std::vector<Pooled>& freed) {
+        poison(m_waiting[i].buffer, false);
         m_bytes -= m_waiting[i].bytes;
         freed.push_back(std::move(m_waiting[i]));
         m_waiting.erase(m_waiting.begin() + static_cast<std::ptrdiff_t>(i));

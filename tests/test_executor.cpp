@@ -19,12 +19,17 @@
 #include "engine/graph_file.hpp"
 #include "engine/optimize.hpp"
 #include "engine/parallel.hpp"
+#include "engine/sanitizers.hpp"
 #include "engine/trace.hpp"
 #include "graphs/mha.hpp"
 #include "ops/ops.hpp"
 #include "support/helpers.hpp"
 #include "support/op_test.hpp"
 #include "support/reference_mha.hpp"
+
+#ifdef ATTNGRAPH_ASAN
+#include <sanitizer/asan_interface.h>
+#endif
 
 BOOST_AUTO_TEST_SUITE(test_executor)
 
@@ -364,12 +369,19 @@ BOOST_AUTO_TEST_CASE(the_buffer_pool_matches_dtype_and_size) {
     newer.reset();
     small.reset();
     BOOST_TEST(buffer_pool_stats().buffers == 2u);  // not the one under 4 MiB
+#ifdef ATTNGRAPH_ASAN
+    // a waiting buffer is poisoned: a pointer kept past the value's release is reported
+    BOOST_TEST(__asan_address_is_poisoned(newer_buffer + n / 2));
+#endif
     Array<double> d;
     BOOST_TEST(!take_pooled(d, Shape{n / 2}));  // the same bytes, another dtype
     Array<float> f;
     BOOST_TEST(!take_pooled(f, Shape{n + 1}));
     BOOST_TEST(take_pooled(f, Shape{512, n / 512}));
     BOOST_TEST(f.data() == newer_buffer);
+#ifdef ATTNGRAPH_ASAN
+    BOOST_TEST(!__asan_address_is_poisoned(f.data() + n / 2));
+#endif
     BOOST_TEST((Shape(f.shape().begin(), f.shape().end()) == Shape{512, n / 512}));
     BOOST_TEST(f(511, n / 512 - 1) == 2.0f);          // the contents are whatever they were
     Array<float> g = uninitialized<float>(Shape{n});  // the older one, through the allocator
