@@ -810,6 +810,30 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
         m_values[out0].zero_one = true;
         return;
     }
+    if (op == "Or" || op == "Not") {
+        // bools are 0/1 floats here: a or b = where(a, 1, b), not a = where(a, 0, 1)
+        check_attrs({});
+        const Shape s = op == "Or" ? broadcast(arg(0).shape, arg(1).shape, where) : arg(0).shape;
+        const std::string name = out_name(0);
+        auto constant = [&](double value, const char* what) {
+            Value c;
+            c.is_const = true;
+            c.c = OnnxTensor{TP::FLOAT, {}, {value}};
+            c.elem_type = TP::FLOAT;
+            const std::string cname = name + what;
+            m_values[cname] = c;
+            m_synthetic.insert(cname);
+            return materialize(cname);
+        };
+        const std::string cond = materialize(node.input(0));
+        if (op == "Or")
+            emit("Where", name, {cond, constant(1, ".one"), materialize(node.input(1))});
+        else
+            emit("Where", name, {cond, constant(0, ".zero"), constant(1, ".one")});
+        define(out0, name, s, TP::BOOL);
+        m_values[out0].zero_one = true;
+        return;
+    }
     if (op == "Add" || op == "Sub" || op == "Mul" || op == "Div") {
         check_attrs({});
         const Value& a = arg(0);
@@ -838,10 +862,11 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
         if (op == "Mul" && zero_one(a) && zero_one(b)) m_values[out0].zero_one = true;
         return;
     }
-    if (op == "Neg" || op == "Exp" || op == "Log" || op == "Tanh" || op == "Erf" || op == "Sqrt" || op == "Sin" || op == "Cos") {
+    if (op == "Neg" || op == "Exp" || op == "Log" || op == "Tanh" || op == "Erf" || op == "Sqrt" || op == "Sin" ||
+        op == "Cos" || op == "Relu" || op == "Sigmoid") {
         check_attrs({});
         const std::string name = out_name(0);
-        emit(op, name, {arg(0).name});
+        emit(op, name, {materialize(node.input(0))});
         define(out0, name, arg(0).shape, et);
         return;
     }

@@ -398,6 +398,37 @@ BOOST_AUTO_TEST_CASE(a_cast_of_computed_floats_to_bool_and_and) {
     }
 }
 
+// Or and Not of computed bools (torch's nn.MultiheadAttention joins a bool key_padding_mask
+// and a bool attn_mask with Or): a or b = where(a, 1, b), not a = where(a, 0, 1) on 0/1 values.
+BOOST_AUTO_TEST_CASE(or_and_not_of_computed_bools) {
+    TempDir tmp;
+    onnx::GraphProto g;
+    add_input(g, "X", {2, 3});
+    add_input(g, "M", {3}, TP::BOOL);
+    add_init(g, "half", {}, {0.5f});
+    add_node(g, "Less", {"X", "half"}, {"small"});
+    add_node(g, "Or", {"small", "M"}, {"either"});
+    add_node(g, "Not", {"either"}, {"neither"});
+    attr_int(add_node(g, "Cast", {"either"}, {"Y"}), "to", TP::FLOAT);
+    attr_int(add_node(g, "Cast", {"neither"}, {"Z"}), "to", TP::FLOAT);
+    add_output(g, "Y");
+    add_output(g, "Z");
+    write(model_of(g), tmp.path / "or.onnx");
+    Array<float> x = {{0.0f, 2.0f, -1.0f}, {0.75f, 0.5f, 3.0f}};
+    Array<float> m = {0.0f, 1.0f, 0.0f};
+    save_npy(tmp.path / "x.npy", Tensor(x));
+    save_npy(tmp.path / "m.npy", Tensor(m));
+    const CliResult r = run_cli("run or.onnx --input X=x.npy --input M=m.npy --trace t", tmp.path);
+    BOOST_TEST_REQUIRE(r.code == 0, r.err);
+    const Tensor y = load_npy(tmp.path / "t" / "either.npy"), z = load_npy(tmp.path / "t" / "neither.npy");
+    BOOST_TEST_REQUIRE(y.size() == 6u);
+    const std::vector<double> want_y = {1, 1, 1, 0, 1, 0};
+    for (std::size_t i = 0; i < 6; ++i) {
+        BOOST_TEST(y.at_flat(i) == want_y[i], i);
+        BOOST_TEST(z.at_flat(i) == 1 - want_y[i], i);
+    }
+}
+
 // One `error:` line, exit 1, for the command run in `tmp`; the message must hold `part`.
 void expect_one_error(const TempDir& tmp, const std::string& args, const std::string& part) {
     const CliResult r = run_cli(args, tmp.path);
