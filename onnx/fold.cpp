@@ -130,6 +130,16 @@ std::int64_t norm_axis(std::int64_t axis, std::size_t rank, const std::string& w
     return axis < 0 ? axis + r : axis;
 }
 
+// "2x6x4x4", as shape_str writes an attngraph shape
+std::string shape_text(const I64& shape) {
+    std::string text;
+    for (std::size_t k = 0; k < shape.size(); ++k) {
+        if (k) text += 'x';
+        text += std::to_string(shape[k]);
+    }
+    return text;
+}
+
 I64 ints_of(const OnnxTensor& t) {
     I64 out;
     for (double v : t.values) {
@@ -497,7 +507,8 @@ std::vector<OnnxTensor> fold(const onnx::NodeProto& node, const std::vector<cons
             shape[static_cast<std::size_t>(minus)] = total / known;
         }
         if (static_cast<std::int64_t>(count_of(shape)) != total)
-            throw ShapeError(where + ": reshape changes the element count");
+            throw ShapeError(where + ": a reshape to (" + shape_text(shape) + ") changes the element count " +
+                             std::to_string(total) + " to " + std::to_string(count_of(shape)));
         return {{x.elem_type, shape, x.values}};
     }
     if (op == "Transpose") return {transpose(arg(0), attr_ints(node, "perm"), where)};

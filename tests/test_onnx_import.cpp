@@ -233,8 +233,41 @@ BOOST_AUTO_TEST_CASE(bad_models_give_one_error_line) {
         add_output(g, "Y");
         write(model_of(g), tmp.path / "lstm.onnx");
         expect_error("import lstm.onnx -o out.json",
-                     "lstm.onnx: node '/rnn/LSTM' (LSTM): op 'LSTM' is not supported on computed values (supported "
-                     "ops: docs/onnx.md)");
+                     "lstm.onnx: node '/rnn/LSTM' (LSTM): op 'LSTM' is not supported on computed values; shapes "
+                     "(2x2) (supported ops: docs/onnx.md)");
+    }
+    // an input of another shape than the one a torch export baked its Reshape for: the
+    // folded Reshape names both shapes and the element counts
+    {
+        onnx::GraphProto g;
+        add_input(g, "X", {2, 3});
+        auto* shape = g.add_initializer();
+        shape->set_name("/attn/shape");
+        shape->set_data_type(TP::INT64);
+        shape->add_dims(2);
+        shape->add_int64_data(3);
+        shape->add_int64_data(-1);
+        add_node(g, "Reshape", {"X", "/attn/shape"}, {"Y"}, "/attn/Reshape");
+        add_output(g, "Y");
+        write(model_of(g), tmp.path / "reshape.onnx");
+        save_npy(tmp.path / "x25.npy", Tensor(Array<float>(xt::zeros<float>(Shape{2, 5}))));
+        expect_error("run reshape.onnx --input X=x25.npy",
+                     "reshape.onnx: node '/attn/Reshape' (Reshape): cannot infer -1 for 10 elements; shapes "
+                     "(2x5), (2)");
+        shape->set_int64_data(1, 4);
+        write(model_of(g), tmp.path / "reshape.onnx");
+        expect_error("run reshape.onnx --input X=x25.npy",
+                     "reshape.onnx: node '/attn/Reshape' (Reshape): a reshape to (3x4) changes the element count "
+                     "10 to 12; shapes (2x5), (2) (the model declares input 'X' as (2x3), given (2x5))");
+        // an error of the graph's own shape rules says so too
+        onnx::GraphProto h;
+        add_input(h, "X", {2, 3});
+        add_init(h, "s", {3}, {1, 1, 1});
+        add_node(h, "LayerNormalization", {"X", "s"}, {"Y"}, "/ln/LayerNorm");
+        add_output(h, "Y");
+        write(model_of(h), tmp.path / "ln.onnx");
+        expect_error("run ln.onnx --input X=x25.npy", "(the model declares input 'X' as (2x3), given (2x5))");
+        BOOST_TEST(run_cli("run ln.onnx", tmp.path).code == 0);
     }
     // an attribute the mapping does not read is refused (never ignored): file, node, op, shapes
     {
