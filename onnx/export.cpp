@@ -238,7 +238,8 @@ private:
             for (std::size_t k = 0; k < sizes.size(); ++k) outs.push_back(name + ":" + std::to_string(k));
             attr(node("Split", {in[0], ints(name + ".sizes", sizes)}, outs), "axis", axis);
         } else if (n.is<ops::Sub>() || n.is<ops::Mul>() || n.is<ops::Div>() || n.is<ops::Neg>() || n.is<ops::Exp>() ||
-                   n.is<ops::Log>() || n.is<ops::Tanh>() || n.is<ops::Erf>() || n.is<ops::Sqrt>() || n.is<ops::Sin>() || n.is<ops::Cos>()) {
+                   n.is<ops::Log>() || n.is<ops::Tanh>() || n.is<ops::Erf>() || n.is<ops::Sqrt>() || n.is<ops::Sin>() ||
+                   n.is<ops::Cos>() || n.is<ops::Relu>() || n.is<ops::Sigmoid>()) {
             node(n.op->name, in, {name});  // the ONNX op of the same name
         } else if (const auto* pow = n.attrs_if<ops::Pow>()) {
             node("Pow", {in[0], scalar(name + ".exponent", pow->exponent)}, {name});

@@ -130,6 +130,16 @@ std::int64_t norm_axis(std::int64_t axis, std::size_t rank, const std::string& w
     return axis < 0 ? axis + r : axis;
 }
 
+// "2x6x4x4", as shape_str writes an attngraph shape
+std::string shape_text(const I64& shape) {
+    std::string text;
+    for (std::size_t k = 0; k < shape.size(); ++k) {
+        if (k) text += 'x';
+        text += std::to_string(shape[k]);
+    }
+    return text;
+}
+
 I64 ints_of(const OnnxTensor& t) {
     I64 out;
     for (double v : t.values) {
@@ -251,6 +261,7 @@ bool foldable(const std::string& op) {
                                               "Mod",
                                               "Reshape",
                                               "Slice",
+                                              "Split",
                                               "Transpose",
                                               "Flatten",
                                               "Tanh",
@@ -496,7 +507,8 @@ std::vector<OnnxTensor> fold(const onnx::NodeProto& node, const std::vector<cons
             shape[static_cast<std::size_t>(minus)] = total / known;
         }
         if (static_cast<std::int64_t>(count_of(shape)) != total)
-            throw ShapeError(where + ": reshape changes the element count");
+            throw ShapeError(where + ": a reshape to (" + shape_text(shape) + ") changes the element count " +
+                             std::to_string(total) + " to " + std::to_string(count_of(shape)));
         return {{x.elem_type, shape, x.values}};
     }
     if (op == "Transpose") return {transpose(arg(0), attr_ints(node, "perm"), where)};
@@ -548,6 +560,49 @@ std::vector<OnnxTensor> fold(const onnx::NodeProto& node, const std::vector<cons
             }
         }
         return {{x.elem_type, shape, v}};
+    }
+    if (op == "Split") {  // (torch's repeat_interleave splits its constant repeats)
+        const auto& x = arg(0);
+        if (x.shape.empty()) throw ShapeError(where + ": cannot split a scalar");
+        const auto axis = static_cast<std::size_t>(norm_axis(attr_int(node, "axis", 0), x.shape.size(), where));
+        I64 sizes = has(1) ? ints_of(arg(1)) : attr_ints(node, "split");
+        const std::int64_t len = x.shape[axis], outputs = node.output_size();
+        if (sizes.empty()) {
+            const std::int64_t parts = attr_int(node, "num_outputs", outputs);
+            if (parts < 1) throw ShapeError(where + ": num_outputs " + std::to_string(parts));
+            const std::int64_t piece = (len + parts - 1) / parts;
+            for (std::int64_t k = 0; k < parts && k * piece < len; ++k)
+                sizes.push_back(std::min(piece, len - k * piece));
+        }
+        std::int64_t total = 0;
+        for (auto n : sizes) {
+            if (n < 0) throw ShapeError(where + ": split size " + std::to_string(n) + " is negative");
+            total += n;
+        }
+        if (total != len || static_cast<std::int64_t>(sizes.size()) != outputs)
+            throw ShapeError(where + ": " + std::to_string(sizes.size()) + " sizes adding up to " +
+                             std::to_string(total) + " do not split axis " + std::to_string(axis) + " of length " +
+                             std::to_string(len) + " into the node's " + std::to_string(outputs) + " outputs");
+        std::size_t outer = 1, inner = 1;
+        for (std::size_t i = 0; i < axis; ++i) outer *= static_cast<std::size_t>(x.shape[i]);
+        for (std::size_t i = axis + 1; i < x.shape.size(); ++i) inner *= static_cast<std::size_t>(x.shape[i]);
+        std::vector<OnnxTensor> outs;
+        std::int64_t start = 0;
+        for (auto n : sizes) {
+            I64 shape = x.shape;
+            shape[axis] = n;
+            std::vector<double> v;
+            v.reserve(outer * static_cast<std::size_t>(n) * inner);
+            for (std::size_t o = 0; o < outer; ++o) {
+                const auto from =
+                    x.values.begin() +
+                    static_cast<long>((o * static_cast<std::size_t>(len) + static_cast<std::size_t>(start)) * inner);
+                v.insert(v.end(), from, from + static_cast<long>(static_cast<std::size_t>(n) * inner));
+            }
+            outs.push_back({x.elem_type, shape, v});
+            start += n;
+        }
+        return outs;
     }
     if (op == "Where") {
         const I64 s = broadcast_shapes(broadcast_shapes(arg(0).shape, arg(1).shape, where), arg(2).shape, where);

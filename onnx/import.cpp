@@ -410,7 +410,31 @@ public:
             if (inits.count(vi.name())) continue;
             add_input(vi);
         }
-        for (int i = 0; i < g.node_size(); ++i) import_node(g.node(i), i);
+        for (int i = 0; i < g.node_size(); ++i) {
+            // a node's error names the file, node and op (import_node's `where`); one that does
+            // not name the input shapes yet (folding's) gets them here
+            auto with_shapes = [&](const Error& e) {
+                std::string text = e.what();
+                std::string shapes;
+                auto paren = [](const Shape& s) { return s.empty() ? std::string("()") : "(" + shape_str(s) + ")"; };
+                for (const auto& name : g.node(i).input()) {
+                    const auto it = m_values.find(name);
+                    if (!shapes.empty()) shapes += ", ";
+                    shapes += name.empty()           ? std::string("(absent)")
+                              : it == m_values.end() ? std::string("(?)")
+                                                     : paren(it->second.shape);
+                }
+                if (text.find("shapes (") == std::string::npos && !shapes.empty()) text += "; shapes " + shapes;
+                return m_out.reshaped_inputs.empty() ? text : text + " (" + m_out.reshaped_inputs + ")";
+            };
+            try {
+                import_node(g.node(i), i);
+            } catch (const ShapeError& e) {
+                throw ShapeError(with_shapes(e));
+            } catch (const GraphError& e) {
+                throw GraphError(with_shapes(e));
+            }
+        }
         json outputs = json::array();
         for (const auto& vi : g.output()) {
             const auto it = m_values.find(vi.name());
@@ -495,6 +519,23 @@ private:
         const auto given = m_options.input_shapes.find(vi.name());
         if (given != m_options.input_shapes.end()) {
             shape = given->second;
+            if (tt.has_shape()) {
+                // a fixed dimension given another size: named in every later error
+                bool differs = static_cast<std::size_t>(tt.shape().dim_size()) != shape.size();
+                std::string declared;
+                for (int k = 0; k < tt.shape().dim_size(); ++k) {
+                    const auto& d = tt.shape().dim(k);
+                    declared += std::string(k ? "x" : "") + (d.has_dim_value()   ? std::to_string(d.dim_value())
+                                                             : d.has_dim_param() ? d.dim_param()
+                                                                                 : "?");
+                    if (!differs && d.has_dim_value() && d.dim_value() != static_cast<std::int64_t>(shape[k]))
+                        differs = true;
+                }
+                if (differs)
+                    m_out.reshaped_inputs += std::string(m_out.reshaped_inputs.empty() ? "" : "; ") +
+                                             "the model declares input '" + vi.name() + "' as (" + declared +
+                                             "), given (" + shape_str(shape) + ")";
+            }
         } else {
             if (!tt.has_shape())
                 throw ShapeError(m_where + ": graph input '" + vi.name() +
@@ -669,8 +710,12 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
     // "(3x4x5), (5)": the shapes of the node's inputs, for errors
     auto shapes_text = [&]() {
         std::string t;
-        for (std::size_t i = 0; i < in.size(); ++i)
-            t += (i ? ", (" : "(") + (in[i] ? shape_str(in[i]->shape) : std::string("absent")) + ")";
+        for (std::size_t i = 0; i < in.size(); ++i) {
+            if (i) t += ", ";
+            t += !in[i]                 ? std::string("(absent)")
+                 : in[i]->shape.empty() ? std::string("()")  // a scalar
+                                        : "(" + shape_str(in[i]->shape) + ")";
+        }
         return t;
     };
     // an attribute the mapping does not read is refused, never ignored
@@ -810,6 +855,30 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
         m_values[out0].zero_one = true;
         return;
     }
+    if (op == "Or" || op == "Not") {
+        // bools are 0/1 floats here: a or b = where(a, 1, b), not a = where(a, 0, 1)
+        check_attrs({});
+        const Shape s = op == "Or" ? broadcast(arg(0).shape, arg(1).shape, where) : arg(0).shape;
+        const std::string name = out_name(0);
+        auto constant = [&](double value, const char* what) {
+            Value c;
+            c.is_const = true;
+            c.c = OnnxTensor{TP::FLOAT, {}, {value}};
+            c.elem_type = TP::FLOAT;
+            const std::string cname = name + what;
+            m_values[cname] = c;
+            m_synthetic.insert(cname);
+            return materialize(cname);
+        };
+        const std::string cond = materialize(node.input(0));
+        if (op == "Or")
+            emit("Where", name, {cond, constant(1, ".one"), materialize(node.input(1))});
+        else
+            emit("Where", name, {cond, constant(0, ".zero"), constant(1, ".one")});
+        define(out0, name, s, TP::BOOL);
+        m_values[out0].zero_one = true;
+        return;
+    }
     if (op == "Add" || op == "Sub" || op == "Mul" || op == "Div") {
         check_attrs({});
         const Value& a = arg(0);
@@ -838,10 +907,11 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
         if (op == "Mul" && zero_one(a) && zero_one(b)) m_values[out0].zero_one = true;
         return;
     }
-    if (op == "Neg" || op == "Exp" || op == "Log" || op == "Tanh" || op == "Erf" || op == "Sqrt" || op == "Sin" || op == "Cos") {
+    if (op == "Neg" || op == "Exp" || op == "Log" || op == "Tanh" || op == "Erf" || op == "Sqrt" || op == "Sin" ||
+        op == "Cos" || op == "Relu" || op == "Sigmoid") {
         check_attrs({});
         const std::string name = out_name(0);
-        emit(op, name, {arg(0).name});
+        emit(op, name, {materialize(node.input(0))});
         define(out0, name, arg(0).shape, et);
         return;
     }
@@ -1373,7 +1443,7 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
         return;
     }
     throw GraphError(where + ": op '" + op + "' is not supported" + (all_const ? "" : " on computed values") +
-                     " (supported ops: docs/onnx.md)");
+                     "; shapes " + shapes_text() + " (supported ops: docs/onnx.md)");
 }
 
 }  // namespace
@@ -1390,7 +1460,20 @@ ImportedModel import_onnx(const fs::path& model, const ImportOptions& options) {
 
 Graph to_graph(const ImportedModel& imported, const fs::path& model, const LoadOptions& options) {
     const fs::path dir = model.parent_path().empty() ? fs::path(".") : model.parent_path();
-    return graph_from_document(imported.graph, dir, model.string(), options, imported.tensors);
+    if (imported.reshaped_inputs.empty())
+        return graph_from_document(imported.graph, dir, model.string(), options, imported.tensors);
+    // an input of another shape than the model's: its error says so (a torch export holds
+    // shapes folded for the declared ones)
+    const std::string hint = " (" + imported.reshaped_inputs + ")";
+    try {
+        return graph_from_document(imported.graph, dir, model.string(), options, imported.tensors);
+    } catch (const ShapeError& e) {
+        throw ShapeError(e.what() + hint);
+    } catch (const GraphError& e) {
+        throw GraphError(e.what() + hint);
+    } catch (const ValueError& e) {
+        throw ValueError(e.what() + hint);
+    }
 }
 
 }  // namespace attngraph

@@ -49,6 +49,10 @@ struct ImportedModel {
     std::vector<std::pair<std::string, std::string>> names;
     /// one-line remarks for the user ("float16 model runs in f32")
     std::vector<std::string> notes;
+    /// graph inputs given another shape than the model declares ("the model declares input
+    /// 'x' as (2x6x16), given (2x5x16)"), empty when none: every error of the import and of
+    /// to_graph ends with it, since a torch export folds its shapes for the declared ones
+    std::string reshaped_inputs;
 };
 
 /// @brief Imports a model; every error is an attngraph::Error whose message starts with the

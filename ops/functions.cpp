@@ -131,6 +131,16 @@ Value tanh(const Value& x) {
     return x.builder().node<ops::Tanh>({x}, ops::TanhAttrs{});
 }
 
+// ops/relu.hpp
+Value relu(const Value& x) {
+    return x.builder().node<ops::Relu>({x}, ops::ReluAttrs{});
+}
+
+// ops/sigmoid.hpp
+Value sigmoid(const Value& x) {
+    return x.builder().node<ops::Sigmoid>({x}, ops::SigmoidAttrs{});
+}
+
 // ops/erf.hpp
 Value erf(const Value& x) {
     return x.builder().node<ops::Erf>({x}, ops::ErfAttrs{});

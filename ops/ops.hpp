@@ -83,10 +83,12 @@
 #include "ops/reduce_max.hpp"
 #include "ops/reduce_mean.hpp"
 #include "ops/reduce_sum.hpp"
+#include "ops/relu.hpp"
 #include "ops/reshape.hpp"
 #include "ops/rms_normalization.hpp"
 #include "ops/rotary_embedding.hpp"
 #include "ops/scale.hpp"
+#include "ops/sigmoid.hpp"
 #include "ops/sin.hpp"
 #include "ops/slice.hpp"
 #include "ops/softmax.hpp"
@@ -102,9 +104,9 @@ namespace attngraph::ops {
 /// @brief Every built-in op, once. The order is the order `attngraph` lists ops in.
 inline constexpr auto builtin_ops =
     boost::hana::tuple_t<Linear, Transpose, MatMul, Scale, Softmax, Concat, Add, Mask, Slice, Split, Reshape, Permute,
-                         Alibi, Neg, Exp, Log, Tanh, Erf, Sqrt, Pow, Sin, Cos, Mul, Sub, Div, Where, Equal, Less, Greater,
-                         ReduceSum, ReduceMean, ReduceMax, Expand, Gather, Range, RMSNormalization, LayerNormalization,
-                         RotaryEmbedding, Attention>;
+                         Alibi, Neg, Exp, Log, Tanh, Erf, Sqrt, Pow, Sin, Cos, Mul, Sub, Div, Where, Equal, Less,
+                         Greater, ReduceSum, ReduceMean, ReduceMax, Expand, Gather, Range, RMSNormalization,
+                         LayerNormalization, RotaryEmbedding, Attention, Relu, Sigmoid>;
 
 }  // namespace attngraph::ops
 
@@ -167,6 +169,9 @@ Value sqrt(const Value& x);
 Value pow(const Value& x, double exponent);
 Value sin(const Value& x);
 Value cos(const Value& x);
+/// max(x, 0), 1 / (1 + e^-x).
+Value relu(const Value& x);
+Value sigmoid(const Value& x);
 /// a·b, a - b, a / b.
 Value mul(const Value& a, const Value& b);
 Value sub(const Value& a, const Value& b);

@@ -63,6 +63,8 @@ const std::vector<Case> cases = {
     {"Tanh", nullptr, {{25}}, {true}, {true}},
     {"Erf", nullptr, {{25}}, {true}, {true}},
     {"Neg", nullptr, {{25}}, {true}, {true}},
+    {"Relu", nullptr, {{25}}, {true}, {true}},
+    {"Sigmoid", nullptr, {{25}}, {true}, {true}},
     {"Pow", {{"exponent", 0.5}}, {{25}}, {true}, {true}},
     {"Pow", {{"exponent", 3}}, {{25}}, {true}, {true}},
     {"Pow", {{"exponent", -1}}, {{25}}, {true}, {true}},
@@ -193,6 +195,8 @@ const std::vector<Unary> unary = {
     {"Tanh", nullptr, [](double x, double) { return std::tanh(x); }},
     {"Erf", nullptr, [](double x, double) { return std::erf(x); }},
     {"Neg", nullptr, [](double x, double) { return -x; }},
+    {"Relu", nullptr, [](double x, double) { return x < 0 ? 0.0 : x; }},  // numpy: maximum(x, 0) keeps NaN
+    {"Sigmoid", nullptr, [](double x, double) { return 1 / (1 + std::exp(-x)); }},
     {"Pow", {{"exponent", 0.5}}, [](double x, double p) { return std::pow(x, p); }, 0.5},
     {"Pow", {{"exponent", 3}}, [](double x, double p) { return std::pow(x, p); }, 3},
     {"Pow", {{"exponent", -1}}, [](double x, double p) { return std::pow(x, p); }, -1},

@@ -233,8 +233,41 @@ BOOST_AUTO_TEST_CASE(bad_models_give_one_error_line) {
         add_output(g, "Y");
         write(model_of(g), tmp.path / "lstm.onnx");
         expect_error("import lstm.onnx -o out.json",
-                     "lstm.onnx: node '/rnn/LSTM' (LSTM): op 'LSTM' is not supported on computed values (supported "
-                     "ops: docs/onnx.md)");
+                     "lstm.onnx: node '/rnn/LSTM' (LSTM): op 'LSTM' is not supported on computed values; shapes "
+                     "(2x2) (supported ops: docs/onnx.md)");
+    }
+    // an input of another shape than the one a torch export baked its Reshape for: the
+    // folded Reshape names both shapes and the element counts
+    {
+        onnx::GraphProto g;
+        add_input(g, "X", {2, 3});
+        auto* shape = g.add_initializer();
+        shape->set_name("/attn/shape");
+        shape->set_data_type(TP::INT64);
+        shape->add_dims(2);
+        shape->add_int64_data(3);
+        shape->add_int64_data(-1);
+        add_node(g, "Reshape", {"X", "/attn/shape"}, {"Y"}, "/attn/Reshape");
+        add_output(g, "Y");
+        write(model_of(g), tmp.path / "reshape.onnx");
+        save_npy(tmp.path / "x25.npy", Tensor(Array<float>(xt::zeros<float>(Shape{2, 5}))));
+        expect_error("run reshape.onnx --input X=x25.npy",
+                     "reshape.onnx: node '/attn/Reshape' (Reshape): cannot infer -1 for 10 elements; shapes "
+                     "(2x5), (2)");
+        shape->set_int64_data(1, 4);
+        write(model_of(g), tmp.path / "reshape.onnx");
+        expect_error("run reshape.onnx --input X=x25.npy",
+                     "reshape.onnx: node '/attn/Reshape' (Reshape): a reshape to (3x4) changes the element count "
+                     "10 to 12; shapes (2x5), (2) (the model declares input 'X' as (2x3), given (2x5))");
+        // an error of the graph's own shape rules says so too
+        onnx::GraphProto h;
+        add_input(h, "X", {2, 3});
+        add_init(h, "s", {3}, {1, 1, 1});
+        add_node(h, "LayerNormalization", {"X", "s"}, {"Y"}, "/ln/LayerNorm");
+        add_output(h, "Y");
+        write(model_of(h), tmp.path / "ln.onnx");
+        expect_error("run ln.onnx --input X=x25.npy", "(the model declares input 'X' as (2x3), given (2x5))");
+        BOOST_TEST(run_cli("run ln.onnx", tmp.path).code == 0);
     }
     // an attribute the mapping does not read is refused (never ignored): file, node, op, shapes
     {
@@ -395,6 +428,37 @@ BOOST_AUTO_TEST_CASE(a_cast_of_computed_floats_to_bool_and_and) {
     for (std::size_t i = 0; i < 6; ++i) {
         BOOST_TEST(y.at_flat(i) == want_y[i], i);
         BOOST_TEST(z.at_flat(i) == want_z[i], i);
+    }
+}
+
+// Or and Not of computed bools (torch's nn.MultiheadAttention joins a bool key_padding_mask
+// and a bool attn_mask with Or): a or b = where(a, 1, b), not a = where(a, 0, 1) on 0/1 values.
+BOOST_AUTO_TEST_CASE(or_and_not_of_computed_bools) {
+    TempDir tmp;
+    onnx::GraphProto g;
+    add_input(g, "X", {2, 3});
+    add_input(g, "M", {3}, TP::BOOL);
+    add_init(g, "half", {}, {0.5f});
+    add_node(g, "Less", {"X", "half"}, {"small"});
+    add_node(g, "Or", {"small", "M"}, {"either"});
+    add_node(g, "Not", {"either"}, {"neither"});
+    attr_int(add_node(g, "Cast", {"either"}, {"Y"}), "to", TP::FLOAT);
+    attr_int(add_node(g, "Cast", {"neither"}, {"Z"}), "to", TP::FLOAT);
+    add_output(g, "Y");
+    add_output(g, "Z");
+    write(model_of(g), tmp.path / "or.onnx");
+    Array<float> x = {{0.0f, 2.0f, -1.0f}, {0.75f, 0.5f, 3.0f}};
+    Array<float> m = {0.0f, 1.0f, 0.0f};
+    save_npy(tmp.path / "x.npy", Tensor(x));
+    save_npy(tmp.path / "m.npy", Tensor(m));
+    const CliResult r = run_cli("run or.onnx --input X=x.npy --input M=m.npy --trace t", tmp.path);
+    BOOST_TEST_REQUIRE(r.code == 0, r.err);
+    const Tensor y = load_npy(tmp.path / "t" / "either.npy"), z = load_npy(tmp.path / "t" / "neither.npy");
+    BOOST_TEST_REQUIRE(y.size() == 6u);
+    const std::vector<double> want_y = {1, 1, 1, 0, 1, 0};
+    for (std::size_t i = 0; i < 6; ++i) {
+        BOOST_TEST(y.at_flat(i) == want_y[i], i);
+        BOOST_TEST(z.at_flat(i) == 1 - want_y[i], i);
     }
 }
 

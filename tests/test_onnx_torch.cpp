@@ -1,8 +1,10 @@
 // Real exports: torch.nn.MultiheadAttention and a hand-written causal attention module,
 // exported by Debian's python3-torch (tests/python/torch_export.py, opset 17, static shapes),
 // run by attngraph straight from the .onnx: Y matches PyTorch's within 1e-5 and the trace
-// holds the attention weights (checked against PyTorch's for the causal module). Without
-// python3-torch the test fails.
+// holds the attention weights (checked against PyTorch's for the causal module); the
+// nn.TransformerEncoder (ReLU, opset 14), the LLaMA block (repeat_interleave, SiLU) and
+// nn.MultiheadAttention with both bool masks as inputs (their Or) too, the first two
+// differentiated against torch.autograd. Without python3-torch the test fails.
 #include <boost/test/unit_test.hpp>
 
 #include <nlohmann/json.hpp>
@@ -56,6 +58,33 @@ Weights run_like_torch(const Exported& ex, const std::string& stem) {
     return {softmax[0], load_npy(ex.tmp.path / "t" / softmax[0]["file"].get<std::string>())};
 }
 
+// Runs <stem>.onnx with --input NAME=<stem>_NAME.npy for each of `inputs`, every node traced
+// (trace directory t): Y must be PyTorch's (<stem>_y.npy) within 1e-5. With `grad_of`, also
+// `grad` with respect to that input: d sum(Y) / d input must be torch.autograd's
+// (<stem>_d<input>.npy) within 1e-5.
+void run_and_grad_like_torch(const Exported& ex, const std::string& stem, const std::vector<std::string>& inputs,
+                             const std::string& grad_of = "") {
+    std::string args;
+    for (const auto& name : inputs) args += " --input " + name + "=" + stem + "_" + name + ".npy";
+    const CliResult r = run_cli("run " + stem + ".onnx" + args + " --trace t", ex.tmp.path);
+    BOOST_TEST_REQUIRE(r.code == 0, r.err);
+    const Tensor y = load_npy(ex.tmp.path / "t" / "Y.npy"), want = load_npy(ex.tmp.path / (stem + "_y.npy"));
+    BOOST_TEST_REQUIRE((y.shape() == want.shape()));
+    BOOST_TEST(max_abs_diff(y, want.cast(y.dtype())) <= 1e-5);
+    if (grad_of.empty()) return;
+    const CliResult g = run_cli("grad " + stem + ".onnx" + args + " --wrt " + grad_of + " --trace g", ex.tmp.path);
+    BOOST_TEST_REQUIRE(g.code == 0, g.err);
+    const nlohmann::json manifest = nlohmann::json::parse(slurp(ex.tmp.path / "g" / "manifest.json"));
+    std::string file;
+    for (const auto& e : manifest["entries"])
+        if (e.value("name", std::string()) == grad_of) file = e.value("grad", std::string());
+    BOOST_TEST_REQUIRE(!file.empty(), "no gradient of " << grad_of << " in the trace");
+    const Tensor d = load_npy(ex.tmp.path / "g" / file),
+                 d_torch = load_npy(ex.tmp.path / (stem + "_d" + grad_of + ".npy"));
+    BOOST_TEST_REQUIRE((d.shape() == d_torch.shape()));
+    BOOST_TEST(max_abs_diff(d, d_torch.cast(d.dtype())) <= 1e-5);
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(torch_multihead_attention_runs_with_pytorchs_output) {
@@ -90,6 +119,38 @@ BOOST_AUTO_TEST_CASE(bert_style_layer_with_gelu_runs_with_pytorchs_output) {
     BOOST_TEST_REQUIRE(a.size() == 2u * 2 * 7 * 7);
     for (std::size_t row = 0; row < a.size() / 7; ++row)  // keys 5 and 6 are padding
         BOOST_TEST(a.at_flat(row * 7 + 5) + a.at_flat(row * 7 + 6) <= 1e-6);
+}
+
+BOOST_AUTO_TEST_CASE(transformer_encoder_with_relu_runs_and_differentiates_like_pytorch) {
+    // nn.TransformerEncoder's default activation is ReLU (ONNX Relu): 2 layers, norm_first,
+    // sequence first, opset 14
+    Exported ex;
+    run_and_grad_like_torch(ex, "encoder", {"x"}, "x");
+    BOOST_TEST(entries_of(ex.tmp.path / "t", "Relu").size() == 2u);
+    BOOST_TEST(entries_of(ex.tmp.path / "t", "Softmax").size() == 2u);
+}
+
+BOOST_AUTO_TEST_CASE(llama_block_with_repeat_interleave_and_silu_runs_and_differentiates_like_pytorch) {
+    // repeat_interleave exports a Split of its constant repeats (folded at import) feeding the
+    // Expand's shape; SiLU exports as x·Sigmoid(x)
+    Exported ex;
+    run_and_grad_like_torch(ex, "llama", {"x"}, "x");
+    BOOST_TEST(entries_of(ex.tmp.path / "t", "Sigmoid").size() == 1u);
+}
+
+BOOST_AUTO_TEST_CASE(multihead_attention_with_bool_padding_and_attention_masks_as_inputs) {
+    // torch combines the two bool masks with Or (0/1 values here) before the softmax
+    Exported ex;
+    run_and_grad_like_torch(ex, "mha_masks", {"x", "kpm", "am"});
+    const auto softmax = entries_of(ex.tmp.path / "t", "Softmax");
+    BOOST_TEST_REQUIRE(softmax.size() == 1u);
+    const Tensor a = load_npy(ex.tmp.path / "t" / softmax[0]["file"].get<std::string>());
+    BOOST_TEST_REQUIRE(a.size() == 2u * 4 * 6 * 6);
+    // batch 1: keys 4 and 5 are padding; query i sees keys j <= i (am masks j > i)
+    for (std::size_t h = 0; h < 4; ++h)
+        for (std::size_t i = 0; i < 6; ++i)
+            for (std::size_t j = 0; j < 6; ++j)
+                if (j > i || j >= 4) BOOST_TEST(a.at_flat(((4 + h) * 6 + i) * 6 + j) == 0.0);
 }
 
 BOOST_AUTO_TEST_SUITE_END()  // test_onnx_torch

@@ -7,6 +7,16 @@ usage: python3 torch_export.py OUT_DIR
   OUT_DIR/causal_attn.npy                           its attention weights (heads, n, n)
   OUT_DIR/bert.onnx, bert_x.npy, bert_y.npy        a BERT-style encoder layer: additive padding
                                                     mask, LayerNorm, GELU (erf) feed-forward
+  OUT_DIR/encoder.onnx, encoder_x.npy, encoder_y.npy, encoder_dx.npy
+                                                    nn.TransformerEncoder: 2 layers, ReLU, norm_first,
+                                                    sequence first, opset 14; dx: d sum(Y) / dx
+  OUT_DIR/llama.onnx, llama_x.npy, llama_y.npy, llama_dx.npy
+                                                    a LLaMA block: RMSNorm written out, RoPE from
+                                                    cos/sin caches, GQA by repeat_interleave, SiLU MLP
+  OUT_DIR/mha_masks.onnx, mha_masks_x.npy, _kpm.npy, _am.npy, _y.npy
+                                                    nn.MultiheadAttention with a bool key_padding_mask
+                                                    and a bool attn_mask, both graph inputs (0/1 in
+                                                    the .npy files)
 """
 import sys
 
@@ -90,3 +100,97 @@ export("mha", Mha(), torch.randn(1, 10, 32))
 causal = export("causal", Causal(), torch.randn(6, 8))
 np.save(f"{out}/causal_attn.npy", causal.last_attn.detach().numpy())
 export("bert", Bert(), torch.randn(2, 7, 8))
+
+
+def export_with(name, module, inputs, opset=17, grad_of=None):
+    """Like export, for several named inputs (bool ones saved as 0/1 float32); with grad_of,
+    also saves d sum(Y) / d inputs[grad_of] as <name>_d<grad_of>.npy."""
+    module.eval()
+    with torch.no_grad():
+        y = module(*inputs.values())
+    torch.onnx.export(module, tuple(inputs.values()), f"{out}/{name}.onnx", opset_version=opset,
+                      input_names=list(inputs), output_names=["Y"])
+    for key, value in inputs.items():
+        np.save(f"{out}/{name}_{key}.npy", value.numpy().astype(np.float32))
+    np.save(f"{out}/{name}_y.npy", y.numpy())
+    if grad_of:
+        args = {k: v.clone().requires_grad_(k == grad_of) for k, v in inputs.items()}
+        module(*args.values()).sum().backward()
+        np.save(f"{out}/{name}_d{grad_of}.npy", args[grad_of].grad.numpy())
+
+
+class Encoder(torch.nn.Module):
+    def __init__(self, d=16, h=4, ff=32):
+        super().__init__()
+        layer = torch.nn.TransformerEncoderLayer(d, h, ff, dropout=0.0, activation="relu", norm_first=True)
+        self.encoder = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+
+    def forward(self, x):
+        return self.encoder(x)
+
+
+class RMSNorm(torch.nn.Module):
+    def __init__(self, d, eps=1e-6):
+        super().__init__()
+        self.eps = eps
+        self.weight = torch.nn.Parameter(1 + 0.1 * torch.randn(d))
+
+    def forward(self, x):
+        return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
+
+
+def rotate_half(x):
+    return torch.cat((-x[..., x.shape[-1] // 2:], x[..., : x.shape[-1] // 2]), dim=-1)
+
+
+class Llama(torch.nn.Module):
+    """4 query heads, 2 key/value heads (repeat_interleave), RoPE, causal mask, SiLU-gated MLP."""
+
+    def __init__(self, d=32, h=4, kvh=2, n=16, ff=48):
+        super().__init__()
+        self.h, self.kvh, self.hd = h, kvh, d // h
+        self.q_proj = torch.nn.Linear(d, h * self.hd, bias=False)
+        self.k_proj = torch.nn.Linear(d, kvh * self.hd, bias=False)
+        self.v_proj = torch.nn.Linear(d, kvh * self.hd, bias=False)
+        self.o_proj = torch.nn.Linear(h * self.hd, d, bias=False)
+        self.gate, self.up = torch.nn.Linear(d, ff, bias=False), torch.nn.Linear(d, ff, bias=False)
+        self.down = torch.nn.Linear(ff, d, bias=False)
+        self.norm1, self.norm2 = RMSNorm(d), RMSNorm(d)
+        inv = 1.0 / (10000 ** (torch.arange(0, self.hd, 2).float() / self.hd))
+        freqs = torch.outer(torch.arange(n).float(), inv)
+        emb = torch.cat((freqs, freqs), -1)
+        self.register_buffer("cos_cached", emb.cos(), persistent=False)
+        self.register_buffer("sin_cached", emb.sin(), persistent=False)
+        self.register_buffer("causal", torch.full((n, n), float("-inf")).triu(1), persistent=False)
+
+    def forward(self, x):
+        b, s, _ = x.shape
+        hx = self.norm1(x)
+        q = self.q_proj(hx).view(b, s, self.h, self.hd).transpose(1, 2)
+        k = self.k_proj(hx).view(b, s, self.kvh, self.hd).transpose(1, 2)
+        v = self.v_proj(hx).view(b, s, self.kvh, self.hd).transpose(1, 2)
+        cos, sin = self.cos_cached[:s][None, None], self.sin_cached[:s][None, None]
+        q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+        k = k.repeat_interleave(self.h // self.kvh, dim=1)
+        v = v.repeat_interleave(self.h // self.kvh, dim=1)
+        a = torch.softmax(q @ k.transpose(2, 3) / self.hd ** 0.5 + self.causal[:s, :s], dim=-1)
+        x = x + self.o_proj((a @ v).transpose(1, 2).reshape(b, s, -1))
+        hx = self.norm2(x)
+        return x + self.down(torch.nn.functional.silu(self.gate(hx)) * self.up(hx))
+
+
+class MhaMasks(torch.nn.Module):
+    def __init__(self, d=16, h=4):
+        super().__init__()
+        self.attn = torch.nn.MultiheadAttention(d, h, batch_first=True)
+
+    def forward(self, x, kpm, am):
+        y, _ = self.attn(x, x, x, key_padding_mask=kpm, attn_mask=am, need_weights=False)
+        return y
+
+
+export_with("encoder", Encoder(), {"x": torch.randn(5, 2, 16)}, opset=14, grad_of="x")
+export_with("llama", Llama(), {"x": torch.randn(2, 7, 32)}, grad_of="x")
+export_with("mha_masks", MhaMasks(), {"x": torch.randn(2, 6, 16),
+                                      "kpm": torch.tensor([[False] * 6, [False] * 4 + [True] * 2]),
+                                      "am": torch.ones(6, 6, dtype=torch.bool).triu(1)})
