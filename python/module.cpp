@@ -10,10 +10,11 @@
 
 #include <unistd.h>
 
-#include <cstdio>
-#include <filesystem>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <limits>
 #include <sstream>
 
@@ -66,9 +67,14 @@ py::array to_numpy(std::shared_ptr<const Tensor> t) {
 /// With `max_bytes`, an array over it in `dtype` is refused before anything is copied.
 Tensor from_numpy(const py::handle& obj, DType dtype, const std::string& what, std::size_t max_bytes = 0) {
     py::array any = py::array::ensure(obj);
-    if (!any) throw ShapeError(what + ": expected a numpy array, got " + std::string(py::str(obj.get_type())));
+    const auto numeric = [](char k) { return k == 'f' || k == 'i' || k == 'u' || k == 'b'; };
+    // not an array and nothing numpy reads as numbers (None, a str, a ragged list): the wrong type
+    if (!py::isinstance<py::array>(obj) && (!any || !numeric(any.dtype().kind())))
+        throw py::type_error(what + ": expected a numeric numpy array, got " +
+                             std::string(py::str(obj.get_type().attr("__name__"))) +
+                             (any ? "" : " (numpy cannot read it as an array)"));
     const char kind = any.dtype().kind();
-    if (kind != 'f' && kind != 'i' && kind != 'u' && kind != 'b')
+    if (!numeric(kind))
         throw GraphError(what + ": numpy dtype " + std::string(py::str(any.dtype())) +
                          " is not a number (expected float32 or float64)");
     Shape shape(any.shape(), any.shape() + any.ndim());
@@ -155,12 +161,25 @@ GraphPtr with_inputs(const GraphPtr& graph, const py::dict& inputs, std::size_t 
     return std::make_shared<Graph>(graph->with_tensors(replacements));
 }
 
-std::function<Tensor(const Tensor&)> make_hook(const py::function& fn, DType dtype, const std::string& name) {
-    return [fn, dtype, name](const Tensor& value) -> Tensor {
+std::function<Tensor(const Tensor&)> make_hook(const py::function& fn, DType dtype, const std::string& name,
+                                               const Shape& shape) {
+    return [fn, dtype, name, shape](const Tensor& value) -> Tensor {
         py::gil_scoped_acquire gil;
         try {
             py::object out = fn(to_numpy(std::make_shared<const Tensor>(value)));
-            return from_numpy(out, dtype, "patch hook of '" + name + "'");
+            // what the hook gave, checked as it is: a value of another shape is refused before
+            // it is copied (a huge one would not fit), something not an array is the wrong type
+            const py::array arr = py::array::ensure(out);
+            const char kind = arr ? arr.dtype().kind() : 'O';
+            if (!py::isinstance<py::array>(out) && kind != 'f' && kind != 'i' && kind != 'u' && kind != 'b')
+                throw py::type_error(
+                    "patch hook of '" + name + "' returned " + std::string(py::str(out.get_type().attr("__name__"))) +
+                    ", not a numeric array (a hook returns the node's replacement, " + shape_str(shape) + ")");
+            if (Shape(arr.shape(), arr.shape() + arr.ndim()) != shape)
+                throw ShapeError("patch hook of '" + name + "' returned " +
+                                 shape_str(Shape(arr.shape(), arr.shape() + arr.ndim())) + ", the node's output is " +
+                                 shape_str(shape));
+            return from_numpy(arr, dtype, "patch hook of '" + name + "'");
         } catch (py::error_already_set& e) {
             HookFailed failed;
             failed.error = std::make_shared<py::error_already_set>(std::move(e));
@@ -174,7 +193,9 @@ void set_patches(const Graph& graph, RunOptions& options, const py::dict& patch,
     for (auto [k, v] : patch) {
         const std::string name = py::cast<std::string>(k);
         if (py::isinstance<py::function>(v))
-            add_hook(graph, options, name, make_hook(py::reinterpret_borrow<py::function>(v), graph.dtype(), name));
+            add_hook(graph, options, name,
+                     make_hook(py::reinterpret_borrow<py::function>(v), graph.dtype(), name,
+                               graph.value(patch_target(graph, name)).shape));
         else
             add_patch(graph, options, name, from_numpy(v, graph.dtype(), "patch " + name, max_bytes));
     }
@@ -455,17 +476,24 @@ PYBIND11_MODULE(_core, m) {
     static py::exception<GraphError> graph_error(m, "GraphError", error.ptr());
     static py::exception<ShapeError> shape_error(m, "ShapeError", error.ptr());
     static py::exception<IoError> io_error(m, "IoError", error.ptr());
+    // A message may quote a file's bytes (a binary file read as a graph): bytes that are not
+    // UTF-8 are written as \xNN, where PyErr_SetString would raise the error without a message.
+    static const auto raise = [](const py::object& type, const char* what) {
+        py::object text =
+            py::reinterpret_steal<py::object>(PyUnicode_DecodeUTF8(what, std::strlen(what), "backslashreplace"));
+        PyErr_SetObject(type.ptr(), text.ptr());
+    };
     py::register_exception_translator([](std::exception_ptr p) {
         try {
             if (p) std::rethrow_exception(p);
         } catch (const ShapeError& e) {
-            shape_error(e.what());
+            raise(shape_error, e.what());
         } catch (const GraphError& e) {
-            graph_error(e.what());
+            raise(graph_error, e.what());
         } catch (const IoError& e) {
-            io_error(e.what());
+            raise(io_error, e.what());
         } catch (const Error& e) {
-            error(e.what());
+            raise(error, e.what());
         }
     });
 

@@ -432,6 +432,30 @@ def test_bad_argument_types_name_the_argument(seed_path, seed_values, tmp_path):
         attngraph.load(onnx, input_shapes={0: (1, 4)})
 
 
+def test_values_that_are_not_arrays_are_type_errors(seed_path, seed_values):
+    """None, a str or a ragged list given as an input or a patch is a TypeError naming it (it
+    was a GraphError about numpy's "object" dtype, or a ShapeError); lists of numbers are read."""
+    g = attngraph.load(seed_path)
+    for value, name in ((None, "NoneType"), ("abc", "str"), ([[1, 2], [3]], "list")):
+        with pytest.raises(TypeError, match=r"^input X: expected a numeric numpy array, got %s" % name):
+            g.run({"X": value})
+        with pytest.raises(TypeError, match=r"^patch head2.A: expected a numeric numpy array, got %s" % name):
+            g.run(patch={"head2.A": value})
+    with pytest.raises(attngraph.GraphError, match="numpy dtype <U1 is not a number"):  # an array, of str
+        g.run({"X": np.array([["a"] * 4] * 3)})
+    np.testing.assert_allclose(g.run({"X": seed_values["X"]})["Y"], np.array(seed_values["Y"]), atol=1e-5)
+
+
+def test_a_binary_file_read_as_a_graph_keeps_its_message(tmp_path):
+    """The JSON parser quotes the bytes it read; bytes that are not UTF-8 (a .npy file's
+    magic 0x93) made the GraphError's message empty."""
+    np.save(tmp_path / "x.npy", np.ones(3))
+    with pytest.raises(attngraph.GraphError) as e:
+        attngraph.load(tmp_path / "x.npy")
+    assert str(e.value).startswith("%s: malformed JSON: parse error at line 1, column 1" % (tmp_path / "x.npy"))
+    assert "last read: '\\x93'" in str(e.value)
+
+
 def test_errors_give_hints_in_python_spelling(seed_path, tmp_path):
     g = attngraph.load(seed_path)
     g.run(trace=True).save(tmp_path / "t")
