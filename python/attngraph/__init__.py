@@ -306,15 +306,23 @@ class Trace:
 
     @_hinted
     def save(self, dir, format="npy", force=False):
-        """Writes the trace as `attngraph run --trace DIR` does (diff and report read it)."""
-        self._r.save(_os.fspath(dir), format, force)
+        """Writes the trace as `attngraph run --trace DIR` does (diff and report read it);
+        `format` "npy", "text" or "json" as the CLI's --trace-format."""
+        if format not in ("npy", "text", "json"):
+            raise ValueError("format must be 'npy', 'text' or 'json', got %r" % (format,))
+        self._r.save(_os.fspath(dir), format, bool(force))
 
     def text(self):
         return self._r.text()
 
     def report(self, max_side=256):
-        """The self-contained HTML report of this trace (as `attngraph report`)."""
-        return self._r.report(max_side)
+        """The self-contained HTML report of this trace (as `attngraph report`); matrices
+        larger than `max_side` (8 to 4096, as --max-side) a side are shown pooled."""
+        if isinstance(max_side, bool) or not isinstance(max_side, _numbers.Integral):
+            raise TypeError("max_side must be an int (8 to 4096), got %s" % type(max_side).__name__)
+        if not 8 <= max_side <= 4096:
+            raise ValueError("max_side must be 8 to 4096 (as attngraph report --max-side), got %d" % max_side)
+        return self._r.report(int(max_side))
 
     def _repr_html_(self):
         page = self.report()
@@ -405,9 +413,39 @@ def new(variant="mha-batched", seq=4, d_model=8, heads=2, groups=0, batch=0, kv_
     `documents` document's packed lengths. With `weights_from` (a safetensors file), its
     projections are the file's <prefix>q_proj/k_proj/v_proj/o_proj weights and biases (Hugging
     Face names)."""
-    return Graph(_core.new_variant(variant, seq, d_model, heads, groups, batch, kv_seq, window, causal,
-                                   list(lengths), past, softcap, prefix_length, list(documents), dtype, seed,
+    sizes = {"seq": seq, "d_model": d_model, "heads": heads, "groups": groups, "batch": batch, "kv_seq": kv_seq,
+             "window": window, "past": past, "prefix_length": prefix_length, "seed": seed}
+    for key, v in sizes.items():
+        sizes[key] = _count(v, key)
+    lengths = [_count(v, "lengths[%d]" % i) for i, v in enumerate(_int_list(lengths, "lengths"))]
+    documents = [_count(v, "documents[%d]" % i) for i, v in enumerate(_int_list(documents, "documents"))]
+    if softcap is not None:
+        if isinstance(softcap, bool) or not isinstance(softcap, _numbers.Real):
+            raise TypeError("softcap must be a number (the cap c), got %s" % type(softcap).__name__)
+        softcap = float(softcap)
+    for key, v in (("variant", variant), ("dtype", dtype), ("name", name), ("prefix", prefix)):
+        if not isinstance(v, str):
+            raise TypeError("%s must be a str, got %s" % (key, type(v).__name__))
+    return Graph(_core.new_variant(variant, sizes["seq"], sizes["d_model"], sizes["heads"], sizes["groups"],
+                                   sizes["batch"], sizes["kv_seq"], sizes["window"], bool(causal), lengths,
+                                   sizes["past"], softcap, sizes["prefix_length"], documents, dtype, sizes["seed"],
                                    name, "" if weights_from is None else _os.fspath(weights_from), prefix))
+
+
+def _count(v, what):
+    """`v` as a size or count (an int >= 0; numpy's integers too), or a TypeError / ValueError naming `what`."""
+    if isinstance(v, (bool, _np.bool_)) or not isinstance(v, _numbers.Integral):
+        raise TypeError("%s must be an int, got %s %r" % (what, type(v).__name__, v))
+    if v < 0:
+        raise ValueError("%s must be 0 or more, got %d" % (what, v))
+    return int(v)
+
+
+def _int_list(v, what):
+    """`v` (a list, tuple or 1-D array of ints) as a list, or a TypeError naming `what`."""
+    if isinstance(v, (str, bytes)) or _np.ndim(v) != 1:
+        raise TypeError("%s must be a list of ints, got %s" % (what, type(v).__name__))
+    return list(v)
 
 
 def variants():

@@ -446,6 +446,37 @@ def test_values_that_are_not_arrays_are_type_errors(seed_path, seed_values):
     np.testing.assert_allclose(g.run({"X": seed_values["X"]})["Y"], np.array(seed_values["Y"]), atol=1e-5)
 
 
+def test_argument_values_of_save_report_and_new(seed_path, tmp_path):
+    """save's format, report's max_side (as --max-side, 8 to 4096) and new's sizes: a
+    ValueError or TypeError naming the argument, not pybind11's list of signatures."""
+    r = attngraph.load(seed_path).run(trace=True)
+    with pytest.raises(ValueError, match="^format must be 'npy', 'text' or 'json', got 'csv'$"):
+        r.save(tmp_path / "t", format="csv")
+    for side in (0, 7, -1, 4097):
+        with pytest.raises(ValueError, match=r"^max_side must be 8 to 4096 \(as attngraph report --max-side\), "
+                                             r"got %d$" % side):
+            r.report(max_side=side)
+    with pytest.raises(TypeError, match="^max_side must be an int"):
+        r.report(max_side=8.5)
+    assert r.report(max_side=np.int64(8)).startswith("<!DOCTYPE html>")
+    with pytest.raises(ValueError, match="^seq must be 0 or more, got -1$"):
+        attngraph.new("mha-batched", seq=-1)
+    with pytest.raises(TypeError, match="^d_model must be an int, got float 8.0$"):
+        attngraph.new("mha-batched", d_model=8.0)
+    with pytest.raises(ValueError, match=r"^lengths\[1\] must be 0 or more, got -2$"):
+        attngraph.new("causal", batch=2, lengths=[3, -2])
+    with pytest.raises(TypeError, match="^lengths must be a list of ints, got int$"):
+        attngraph.new("causal", batch=2, lengths=3)
+    with pytest.raises(TypeError, match="^softcap must be a number"):
+        attngraph.new("softcap", softcap="1")
+    # numpy integers and arrays are sizes: X (B, n, d), and key padding from lengths
+    g = attngraph.new("causal", batch=np.int64(2), seq=np.int32(4), d_model=8, lengths=np.array([4, 2]))
+    assert g.shape("X") == (2, 4, 8)
+    a = g.run(trace=["A"])["A"]
+    np.testing.assert_array_equal(a[1, :, :, 2:], np.zeros((2, 4, 2)))  # keys 2, 3 of sequence 1 padded
+    np.testing.assert_allclose(a.sum(-1), np.ones((2, 2, 4)), rtol=1e-6)
+
+
 def test_a_binary_file_read_as_a_graph_keeps_its_message(tmp_path):
     """The JSON parser quotes the bytes it read; bytes that are not UTF-8 (a .npy file's
     magic 0x93) made the GraphError's message empty."""
