@@ -62,12 +62,22 @@ def _add(total, part):
     return total
 
 
-def _run_chunk(text, digest, inputs, reduce, trace, threads, onnx_names=()):
-    """Runs one chunk; returns (sum of reduce over its inputs in order, count)."""
+def _run_chunk(text, digest, inputs, reduce, trace, threads, onnx_names=(), first=0):
+    """Runs one chunk, whose inputs are the sweep's `first`, `first` + 1, ...; returns (sum of
+    reduce over its inputs in order, count). An input that fails raises naming its index."""
+    import attngraph
     g = _graph(text, digest, onnx_names)
     total = {}
-    for x in inputs:
-        _add(total, reduce(g.run(x, trace=trace, threads=threads)))
+    for i, x in enumerate(inputs, first):
+        try:
+            t = g.run(x, trace=trace, threads=threads)
+        except (attngraph.Error, TypeError, ValueError) as e:  # one line naming the input
+            raise type(e)("sweep: input %d: %s" % (i, e)) from None
+        try:
+            _add(total, reduce(t))
+        except Exception as e:
+            e.add_note("sweep: raised by reduce() on input %d" % i)
+            raise
     return total, len(inputs)
 
 
@@ -132,7 +142,7 @@ def sweep(graph, inputs_iter, reduce, client=None, chunk=8, trace=True, threads=
     try:
         if client is None:
             for c in _chunks(inputs_iter, chunk):
-                part, n = _run_chunk(text, digest, c, reduce, trace, threads, onnx_names)
+                part, n = _run_chunk(text, digest, c, reduce, trace, threads, onnx_names, count)
                 _add(total, part)
                 count += n
                 nchunks += 1
@@ -141,21 +151,26 @@ def sweep(graph, inputs_iter, reduce, client=None, chunk=8, trace=True, threads=
             from distributed import as_completed
             # the graph text travels with each task: a broadcast scatter of it was lost now and
             # then ("failed to acquire keys", the chunk cancelled) when a worker fetched it
-            futures = [client.submit(_run_chunk, text, digest, c, reduce, trace, threads, onnx_names, pure=False)
-                       for c in _chunks(inputs_iter, chunk)]
+            futures = [client.submit(_run_chunk, text, digest, c, reduce, trace, threads, onnx_names, k * chunk,
+                                     pure=False)
+                       for k, c in enumerate(_chunks(inputs_iter, chunk))]
             order = {f.key: i for i, f in enumerate(futures)}
             done = [None] * len(futures)
             next_index = 0
-            for f in as_completed(futures):
-                done[order[f.key]] = f.result()
-                f.release()
-                while next_index < len(done) and done[next_index] is not None:  # combine in input order
-                    part, n = done[next_index]
-                    done[next_index] = ()
-                    _add(total, part)
-                    count += n
-                    next_index += 1
-                    bar.update(count)
+            try:
+                for f in as_completed(futures):
+                    done[order[f.key]] = f.result()
+                    f.release()
+                    while next_index < len(done) and done[next_index] is not None:  # combine in input order
+                        part, n = done[next_index]
+                        done[next_index] = ()
+                        _add(total, part)
+                        count += n
+                        next_index += 1
+                        bar.update(count)
+            except BaseException:  # a chunk failed (or Ctrl-C): the chunks still queued are not run
+                client.cancel(futures)
+                raise
             nchunks = len(futures)
     finally:
         bar.close()
