@@ -473,8 +473,16 @@ class Builder:
         self._shapes, self._counter = {}, 0
 
     def _tensor(self, name, kind, data):
-        data = _np.array(data)  # a copy: the caller's array may change before build()
         self._check_new(name)
+        if data is None or isinstance(data, (str, bytes)):
+            raise TypeError("%s %s: expected a numeric array, got %s" % (kind, name, type(data).__name__))
+        try:
+            data = _np.array(data)  # a copy: the caller's array may change before build()
+        except ValueError:  # a ragged list
+            raise TypeError("%s %s: expected a numeric array, got %s (numpy cannot read it as an array)" %
+                            (kind, name, type(data).__name__)) from None
+        if data.dtype.kind not in "fiub":  # refused here, at the line that gave it, not at build()
+            raise TypeError("%s %s: expected a numeric array, got an array of %s" % (kind, name, data.dtype))
         self._tensors.append((name, kind, data))
         self._shapes[name] = tuple(data.shape)
         return Value(self, name)

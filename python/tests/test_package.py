@@ -386,6 +386,22 @@ def test_non_finite_settings_are_typed_errors():
         attngraph.parse(doc)
 
 
+def test_builder_refuses_tensor_data_that_is_not_numbers_at_the_call():
+    """b.input(name, None) was taken and failed at build() as a GraphError about numpy's
+    "object" dtype, far from the line that gave it."""
+    b = attngraph.Builder("b")
+    for data, what in ((None, "got NoneType"), ("abc", "got str"), ([["a", "b"]], "got an array of <U1"),
+                       ([[1, 2], [3]], r"got list \(numpy cannot read it as an array\)")):
+        with pytest.raises(TypeError, match="^input X: expected a numeric array, %s$" % what):
+            b.input("X", data)
+    with pytest.raises(TypeError, match="^param W: expected a numeric array, got NoneType$"):
+        b.param("W", None)
+    x = b.input("X", [[0.0, 1.0, 2.0]])  # the name is still free; a list of numbers is data
+    b.output(attngraph.softmax(x).named("A"))
+    e = np.exp([0.0, 1.0, 2.0])
+    np.testing.assert_allclose(b.build().run()["A"], [e / e.sum()], rtol=1e-6)
+
+
 def test_builder_copies_tensor_data_at_the_call():
     x, w = np.eye(2, 3, dtype=np.float32), np.ones((3, 2), np.float32)
     b = attngraph.Builder("copy")
