@@ -131,6 +131,20 @@ def test_report_and_repr_html(seed_path):
     assert r.tokens == ["a", "bb", "ccc"]
 
 
+def test_report_of_a_trace_with_empty_values():
+    """Values without elements whose last two axes are not empty ((B, 0, h, d_k) after the
+    permute of an empty sequence, or a batch of 0) made the report read past them: the
+    process died (segfault). Each shows as an empty matrix now."""
+    g = attngraph.new("causal", batch=2, seq=3, d_model=4, heads=1)
+    for x in (np.zeros((2, 0, 4), np.float32), np.zeros((0, 3, 4), np.float32)):
+        r = g.run({"X": x}, trace=True)
+        # numpy: an empty sequence (or batch) in, the same empty shape out
+        assert r["Y"].shape == x.shape and r["O_rows"].size == 0
+        page = r.report()
+        assert page.startswith("<!DOCTYPE html>") and "O_rows" in page and "O_concat" in page
+    assert g.grad({"X": np.zeros((0, 3, 4))}).forward.report().startswith("<!DOCTYPE html>")
+
+
 def test_tokens_label_the_trace(seed_path, tmp_path):
     r = attngraph.load(seed_path).run(trace=True, tokens=["x", "y", "z"])
     r.save(tmp_path / "t")
