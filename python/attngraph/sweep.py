@@ -55,9 +55,18 @@ def _graph(text, digest, onnx_names):
     return g
 
 
-def _add(total, part):
+def _add(total, part, where=None):
+    """total += part, key by key. `where` ("input 7") checks `part` as reduce()'s result: a
+    dict of numbers or arrays, each key of one shape throughout (numpy would broadcast
+    (1,) + (5,) without a word)."""
+    if where is not None and not isinstance(part, dict):
+        raise TypeError("sweep: reduce() must return a dict of numbers or arrays, got %s for %s" %
+                        (type(part).__name__, where))
     for k, v in part.items():
         v = np.asarray(v, dtype=np.float64)
+        if k in total and total[k].shape != v.shape:
+            raise ValueError("sweep: reduce()'s '%s' has shape %s%s, %s before" %
+                             (k, v.shape, " for " + where if where else "", total[k].shape))
         total[k] = v.copy() if k not in total else total[k] + v
     return total
 
@@ -74,10 +83,11 @@ def _run_chunk(text, digest, inputs, reduce, trace, threads, onnx_names=(), firs
         except (attngraph.Error, TypeError, ValueError) as e:  # one line naming the input
             raise type(e)("sweep: input %d: %s" % (i, e)) from None
         try:
-            _add(total, reduce(t))
+            part = reduce(t)
         except Exception as e:
             e.add_note("sweep: raised by reduce() on input %d" % i)
             raise
+        _add(total, part, "input %d" % i)
     return total, len(inputs)
 
 

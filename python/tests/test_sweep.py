@@ -85,9 +85,27 @@ def test_a_bad_input_is_named_and_the_queued_chunks_are_cancelled():
             Client(cluster) as client:
         with pytest.raises(attngraph.ShapeError, match=message) as e:  # e keeps the sweep's frame alive
             attngraph.sweep(g, data * 4, reduce, client=client, trace=["A", "Y"], chunk=3)
-        for _ in range(100):  # cancelled tasks leave the scheduler shortly after
+        for _ in range(600):  # cancelled tasks leave the scheduler shortly after (a loaded machine: seconds)
             left = client.run_on_scheduler(lambda dask_scheduler: len(dask_scheduler.tasks))
             if left == 0:
                 break
             time.sleep(0.05)
         assert left == 0
+
+
+def test_what_reduce_returns_is_checked():
+    """reduce() returning something else than a dict raised AttributeError ('float' object has
+    no attribute 'items'); arrays of another shape for one input were broadcast into the
+    total without a word. Both are one line naming the input now."""
+    import pytest
+    g = attngraph.new("mha-batched", seq=6, d_model=16, heads=4)
+    data = dataset(5)
+    with pytest.raises(TypeError, match=r"^sweep: reduce\(\) must return a dict of numbers or arrays, "
+                                        r"got float for input 0$"):
+        attngraph.sweep(g, data, lambda t: float(t["Y"].sum()), trace=False)
+    sizes = iter([1, 1, 1, 4, 1])  # input 3 gives 4 numbers where the others give 1
+    with pytest.raises(ValueError, match=r"^sweep: reduce\(\)'s 'y' has shape \(4,\) for input 3, \(1,\) before$"):
+        attngraph.sweep(g, data, lambda t: {"y": np.full(next(sizes), t["Y"].sum())}, trace=False, chunk=2)
+    res = attngraph.sweep(g, data, lambda t: {"y": t["Y"].astype(np.float64).sum(axis=0)}, trace=False, chunk=2)
+    np.testing.assert_allclose(res.mean()["y"], np.mean([g.run(x)["Y"].astype(np.float64).sum(axis=0)
+                                                         for x in data], axis=0), rtol=1e-12)
