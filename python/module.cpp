@@ -241,6 +241,41 @@ PyResult run_graph(const GraphPtr& graph0, const py::dict& inputs, const py::obj
     return r;
 }
 
+/// A run's result again from what `result_state` gave (a Trace unpickled): the graph, its
+/// values by name, and how the run kept them.
+PyResult result_from(const GraphPtr& graph, const py::dict& values, const std::vector<double>& seconds, bool traced,
+                     const std::vector<std::string>& only, const std::vector<std::string>& tokens,
+                     const std::vector<std::string>& patched) {
+    PyResult r;
+    r.graph = graph;
+    r.result.values.resize(graph->values().size());
+    for (auto [k, v] : values) {
+        const std::string name = py::cast<std::string>(k);
+        const int id = graph->at(name);
+        Tensor t = from_numpy(v, graph->dtype(), "trace value " + name);
+        if (t.shape() != graph->value(id).shape)
+            throw ShapeError("trace value " + name + " is " + shape_str(t.shape()) + ", the graph's is " +
+                             shape_str(graph->value(id).shape));
+        r.result.values[static_cast<std::size_t>(id)] = std::make_shared<const Tensor>(std::move(t));
+    }
+    r.result.seconds = seconds;
+    r.result.seconds.resize(graph->nodes().size());
+    r.traced = traced;
+    r.only = only;
+    r.tokens = tokens;
+    r.patched = std::set<std::string>(patched.begin(), patched.end());
+    return r;
+}
+
+/// What result_from needs to make `r` again: every value the run kept, by name, and the rest.
+py::tuple result_state(const PyResult& r) {
+    py::dict values;
+    for (std::size_t id = 0; id < r.result.values.size(); ++id)
+        if (r.result.values[id]) values[py::str(r.graph->values()[id].name)] = to_numpy(r.result.values[id]);
+    return py::make_tuple(r.graph, values, r.result.seconds, r.traced, r.only, r.tokens,
+                          std::vector<std::string>(r.patched.begin(), r.patched.end()));
+}
+
 py::array result_get(const PyResult& r, const std::string& name) {
     const int id = r.graph->find(name);
     if (id < 0) throw py::key_error("graph '" + r.graph->name() + "' has no value named '" + name + "'");
@@ -541,6 +576,7 @@ PYBIND11_MODULE(_core, m) {
              })
         .def("save", [](const PyResult& r, const fs::path& dir, const std::string& format,
                         bool force) { write_trace(r.trace(), dir, parse_trace_format(format), force); })
+        .def("state", &result_state)
         .def("text", [](const PyResult& r) { return trace_text(r.trace()); })
         .def("report", &result_report);
 
@@ -583,6 +619,7 @@ PYBIND11_MODULE(_core, m) {
           py::arg("patch"), py::arg("tokens"), py::arg("keep_all") = false, py::arg("max_memory") = std::nullopt);
     m.def("grad", &grad_graph, py::arg("graph"), py::arg("inputs"), py::arg("wrt"), py::arg("output_grads"),
           py::arg("patch"), py::arg("threads"), py::arg("tokens"), py::arg("max_memory") = std::nullopt);
+    m.def("result_from", &result_from);
     m.def("default_max_memory", &default_max_memory);
     m.def("infer", &infer);
     m.def("build", &build);

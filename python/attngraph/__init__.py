@@ -332,6 +332,12 @@ class Trace:
     def __repr__(self):
         return "<attngraph.Trace of '%s': %d values>" % (self._r.graph.name, len(self._r.names))
 
+    def __reduce__(self):
+        # the graph as its graph-file text (Graph.__reduce__), the kept values as numpy arrays
+        core_graph, values, seconds, traced, only, tokens, patched = self._r.state()
+        return (_trace_from, (Graph(core_graph, self._onnx_names, self._notes), values, list(seconds), traced,
+                              list(only), list(tokens), list(patched)))
+
 
 class Gradients:
     """dL/dv by name (`g[name]`), and the forward trace of the run they came from."""
@@ -699,3 +705,9 @@ def _graph_reduce(self):
 
 
 Graph.__reduce__ = _graph_reduce  # graphs pickle as their graph-file text (Dask ships them so)
+
+
+def _trace_from(graph, values, seconds, traced, only, tokens, patched):
+    """A Trace again from its pickled parts (Trace.__reduce__)."""
+    return Trace(_core.result_from(graph._g, values, seconds, traced, only, tokens, patched), graph.onnx_names,
+                 graph.notes)

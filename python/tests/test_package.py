@@ -264,6 +264,31 @@ def test_graph_pickles_as_its_file(seed_path):
     np.testing.assert_array_equal(g.run()["Y"], h.run()["Y"])
 
 
+def test_traces_pickle(seed_path, seed_values, tmp_path):
+    """A Trace pickles (multiprocessing, joblib, a file): the graph as its file, the kept values
+    as arrays, and what marks the run (kept globs, tokens, patched values). It was a
+    TypeError: cannot pickle 'attngraph._core.Result' object."""
+    import pickle
+    g = attngraph.load(seed_path)
+    uniform = np.full((3, 3), 1 / 3)
+    r = g.run(trace=True, tokens=["a", "b", "c"], patch={"head2.A": uniform})
+    back = pickle.loads(pickle.dumps(r))
+    assert back.names == r.names and back.tokens == ["a", "b", "c"] and back.patched == ["head2.A"]
+    for name in ("head1.A", "head1.O", "head2.S"):  # upstream of the patch: the document's values
+        np.testing.assert_allclose(back[name], np.array(seed_values[name]), atol=1e-5)
+    np.testing.assert_allclose(back["Y"][:, 2:], uniform @ np.array(seed_values["head2.V"]), atol=1e-6)
+    assert not back["Y"].flags.writeable and back["Y"].dtype == np.float32
+    back.save(tmp_path / "t")
+    assert json.loads((tmp_path / "t" / "manifest.json").read_text())["tokens"] == ["a", "b", "c"]
+    assert "head2.A" in back.report()
+    # globs kept, an f64 graph's dtype, and the forward trace of gradients
+    only = pickle.loads(pickle.dumps(g.with_dtype("f64").run(trace=["head*.A"])))
+    assert only.names == ["head1.A", "head2.A", "Y"] and only["Y"].dtype == np.float64
+    np.testing.assert_allclose(only["head2.A"], np.array(seed_values["head2.A"]), atol=1e-6)
+    fwd = pickle.loads(pickle.dumps(g.grad(wrt=["Wo"]).forward))
+    np.testing.assert_allclose(fwd["Y"], np.array(seed_values["Y"]), atol=1e-5)
+
+
 def test_the_gil_is_released_while_a_graph_runs():
     # one thread runs a large graph once (8 GFLOP: about 0.1 s on one core); the main thread
     # counts in Python meanwhile, a tick per 0.5 ms sleep. With the GIL held for the whole run
