@@ -532,6 +532,21 @@ def test_argument_values_of_save_report_and_new(seed_path, tmp_path):
     np.testing.assert_allclose(a.sum(-1), np.ones((2, 2, 4)), rtol=1e-6)
 
 
+def test_file_errors_name_the_path_given(seed_path, seed_values, tmp_path):
+    """A folder given as a graph file said "no such graph file"; a trace folder that cannot be
+    made named the hidden temporary folder beside it, not the one given."""
+    with pytest.raises(attngraph.IoError, match="^%s: is a directory, not a graph file$" % tmp_path):
+        attngraph.load(tmp_path)
+    with pytest.raises(attngraph.IoError, match="^%s: no such graph file$" % (tmp_path / "nope.json")):
+        attngraph.load(tmp_path / "nope.json")
+    r = attngraph.load(seed_path).run(trace=True)
+    with pytest.raises(attngraph.IoError, match=r"^/proc/attngraph-trace: cannot create \(.*; writing through "
+                                                r"/proc/\.attngraph-trace\.tmp-"):
+        r.save("/proc/attngraph-trace")  # /proc takes no new folder, not even from root
+    r.save(tmp_path / "t")
+    np.testing.assert_allclose(np.load(tmp_path / "t" / "head1.A.npy"), np.array(seed_values["head1.A"]), atol=1e-5)
+
+
 def test_a_binary_file_read_as_a_graph_keeps_its_message(tmp_path):
     """The JSON parser quotes the bytes it read; bytes that are not UTF-8 (a .npy file's
     magic 0x93) made the GraphError's message empty."""
