@@ -362,6 +362,24 @@ PyGrad grad_graph(const GraphPtr& graph0, const py::dict& inputs, const std::vec
     return out;
 }
 
+/// Gradients again from their forward run and (name, gradient) pairs (Gradients unpickled).
+PyGrad grad_from(const PyResult& forward, const py::list& grads) {
+    PyGrad g;
+    g.forward = forward;
+    g.grads = std::make_shared<Gradients>();
+    for (const auto& item : grads) {
+        const auto pair = item.cast<py::tuple>();
+        const std::string name = pair[0].cast<std::string>();
+        const int id = forward.graph->at(name);
+        Tensor t = from_numpy(pair[1], forward.graph->dtype(), "gradient " + name);
+        if (t.shape() != forward.graph->value(id).shape)
+            throw ShapeError("gradient " + name + " is " + shape_str(t.shape()) + ", the value is " +
+                             shape_str(forward.graph->value(id).shape));
+        g.grads->add(name, std::make_shared<const Tensor>(std::move(t)));
+    }
+    return g;
+}
+
 // ---- graphs ----------------------------------------------------------------------------------
 
 std::string check_table(const Graph& graph) {
@@ -590,6 +608,13 @@ PYBIND11_MODULE(_core, m) {
                     throw py::key_error("no gradient of '" + name + "' (not requested with wrt=, or not in the graph)");
                 return to_numpy(std::make_shared<const Tensor>(g.grads->at(name)));
             })
+        .def("state",
+             [](const PyGrad& g) {
+                 py::list grads;
+                 for (const auto& name : g.grads->names())
+                     grads.append(py::make_tuple(name, to_numpy(std::make_shared<const Tensor>(g.grads->at(name)))));
+                 return grads;
+             })
         .def("save", [](const PyGrad& g, const fs::path& dir, bool force) {
             write_grad_trace(g.forward.trace(), *g.grads, "L = sum(G * outputs)", dir, force);
         });
@@ -620,6 +645,7 @@ PYBIND11_MODULE(_core, m) {
     m.def("grad", &grad_graph, py::arg("graph"), py::arg("inputs"), py::arg("wrt"), py::arg("output_grads"),
           py::arg("patch"), py::arg("threads"), py::arg("tokens"), py::arg("max_memory") = std::nullopt);
     m.def("result_from", &result_from);
+    m.def("grad_from", &grad_from);
     m.def("default_max_memory", &default_max_memory);
     m.def("infer", &infer);
     m.def("build", &build);

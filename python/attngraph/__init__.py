@@ -368,6 +368,10 @@ class Gradients:
         """Writes the forward trace and every gradient (grad/<name>.npy), as `attngraph grad --trace`."""
         self._g.save(_os.fspath(dir), force)
 
+    def __reduce__(self):
+        # the forward trace as a Trace pickles, the gradients as (name, array) pairs
+        return (_gradients_from, (self.forward, list(self._g.state())))
+
 
 @_hinted
 def load(path, dtype=None, allow_outside_paths=False, input_shapes=None, max_memory=None):
@@ -705,6 +709,11 @@ def _graph_reduce(self):
 
 
 Graph.__reduce__ = _graph_reduce  # graphs pickle as their graph-file text (Dask ships them so)
+
+
+def _gradients_from(forward, grads):
+    """Gradients again from their pickled parts (Gradients.__reduce__)."""
+    return Gradients(_core.grad_from(forward._r, grads), forward._onnx_names, forward._notes)
 
 
 def _trace_from(graph, values, seconds, traced, only, tokens, patched):

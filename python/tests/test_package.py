@@ -289,6 +289,22 @@ def test_traces_pickle(seed_path, seed_values, tmp_path):
     np.testing.assert_allclose(fwd["Y"], np.array(seed_values["Y"]), atol=1e-5)
 
 
+def test_gradients_pickle(seed_path, tmp_path):
+    """Gradients pickle as their forward Trace and (name, array) pairs; it was a TypeError."""
+    import pickle
+    g = attngraph.load(seed_path)
+    uniform = np.full((3, 3), 1 / 3, np.float32)
+    back = pickle.loads(pickle.dumps(g.grad(wrt=["head2.Wv", "head2.Wq"], patch={"head2.A": uniform})))
+    assert back.names == ["head2.Wq", "head2.Wv"] and "head2.Wv" in back and "head1.Wq" not in back
+    # L = sum(Y), Y[:, 2:] = A2 X Wv2 with A2 uniform: dL/dWv2[k][c] = sum_j X[j][k] = 2, 2, 1, 1
+    np.testing.assert_allclose(back["head2.Wv"], np.repeat([[2.0], [2.0], [1.0], [1.0]], 2, axis=1), atol=1e-5)
+    np.testing.assert_array_equal(back["head2.Wq"], np.zeros((4, 2)))  # nothing flows through the constant
+    assert back.forward.patched == ["head2.A"]
+    np.testing.assert_array_equal(back.forward["head2.A"], uniform)
+    back.save(tmp_path / "g")
+    np.testing.assert_allclose(np.load(tmp_path / "g" / "grad" / "head2.Wv.npy"), back["head2.Wv"])
+
+
 def test_the_gil_is_released_while_a_graph_runs():
     # one thread runs a large graph once (8 GFLOP: about 0.1 s on one core); the main thread
     # counts in Python meanwhile, a tick per 0.5 ms sleep. With the GIL held for the whole run
