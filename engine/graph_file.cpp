@@ -345,7 +345,9 @@ Graph graph_from_document(const json& doc, const fs::path& base_dir, const std::
 
 Graph load_graph(const fs::path& path, const LoadOptions& options) {
     std::error_code ec;
-    if (!fs::is_regular_file(path, ec)) throw IoError(path.string() + ": no such graph file");
+    if (!fs::is_regular_file(path, ec))
+        throw IoError(path.string() +
+                      (fs::is_directory(path, ec) ? ": is a directory, not a graph file" : ": no such graph file"));
     std::ifstream in(path, std::ios::binary);
     if (!in) throw IoError(path.string() + ": cannot open");
     std::stringstream ss;

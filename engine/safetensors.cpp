@@ -118,7 +118,8 @@ Tensor SafetensorsFile::load(const std::string& key, DType dtype, bool transpose
         throw IoError(at + ": " + shape_str(e->shape) + " has more than the " + std::to_string(max_elements) +
                       " elements allowed");
     if (transpose && e->shape.size() != 2)
-        throw IoError(at + ": \"transpose\" needs a 2-D tensor, this one is " + shape_str(e->shape));
+        throw IoError(at + ": \"transpose\" needs a 2-D tensor, this one is " + std::to_string(e->shape.size()) +
+                      "-D (" + shape_str(e->shape) + ")");
     std::ifstream in(m_path, std::ios::binary);
     std::string raw(e->end - e->begin, '\0');
     in.seekg(static_cast<std::streamoff>(m_data_start + e->begin));

@@ -461,7 +461,8 @@ void write_directory_atomically(const fs::path& dir, bool force, const std::func
     const std::string hidden = hidden_name(target);
     const fs::path tmp = temporary_beside(target);
     fs::create_directory(tmp, ec);
-    if (ec) throw IoError(tmp.string() + ": cannot create (" + ec.message() + ")");
+    if (ec)  // the folder the user named, and the temporary one that could not be made beside it
+        throw IoError(target.string() + ": cannot create (" + ec.message() + "; writing through " + tmp.string() + ")");
     try {
         fill(tmp);
     } catch (...) {

@@ -163,6 +163,9 @@ MatrixView matrix_view(const Tensor& t, std::size_t slice) {
     MatrixView v;
     v.rows = s.size() >= 2 ? s[s.size() - 2] : 1;
     v.cols = s.empty() ? 1 : s.back();
+    // a tensor with no elements but in its last two axes ((2, 0, 1, 4): no slices at all) shows
+    // as one empty matrix, as (2, 0, 4) does: there is nothing to read
+    if (t.size() == 0) v.rows = 0;
     const std::size_t per = v.rows * v.cols;
     v.slices = per ? t.size() / per : 1;
     if (slice >= std::max<std::size_t>(v.slices, 1))

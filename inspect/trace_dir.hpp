@@ -65,7 +65,8 @@ private:
 };
 
 /// @brief The rows x cols matrix shown for a tensor: its last two axes (a vector is one
-/// row, a scalar 1x1), slice `slice` of the leading axes flattened.
+/// row, a scalar 1x1), slice `slice` of the leading axes flattened; a tensor without
+/// elements one empty matrix (0 rows).
 struct MatrixView {
     std::size_t rows = 1, cols = 1, slices = 1;
     std::size_t slice = 0;

@@ -10,10 +10,11 @@
 
 #include <unistd.h>
 
-#include <cstdio>
-#include <filesystem>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <limits>
 #include <sstream>
 
@@ -67,9 +68,14 @@ py::array to_numpy(std::shared_ptr<const Tensor> t) {
 /// With `max_bytes`, an array over it in `dtype` is refused before anything is copied.
 Tensor from_numpy(const py::handle& obj, DType dtype, const std::string& what, std::size_t max_bytes = 0) {
     py::array any = py::array::ensure(obj);
-    if (!any) throw ShapeError(what + ": expected a numpy array, got " + std::string(py::str(obj.get_type())));
+    const auto numeric = [](char k) { return k == 'f' || k == 'i' || k == 'u' || k == 'b'; };
+    // not an array and nothing numpy reads as numbers (None, a str, a ragged list): the wrong type
+    if (!py::isinstance<py::array>(obj) && (!any || !numeric(any.dtype().kind())))
+        throw py::type_error(what + ": expected a numeric numpy array, got " +
+                             std::string(py::str(obj.get_type().attr("__name__"))) +
+                             (any ? "" : " (numpy cannot read it as an array)"));
     const char kind = any.dtype().kind();
-    if (kind != 'f' && kind != 'i' && kind != 'u' && kind != 'b')
+    if (!numeric(kind))
         throw GraphError(what + ": numpy dtype " + std::string(py::str(any.dtype())) +
                          " is not a number (expected float32 or float64)");
     Shape shape(any.shape(), any.shape() + any.ndim());
@@ -156,12 +162,25 @@ GraphPtr with_inputs(const GraphPtr& graph, const py::dict& inputs, std::size_t 
     return std::make_shared<Graph>(graph->with_tensors(std::move(replacements)));
 }
 
-std::function<Tensor(const Tensor&)> make_hook(const py::function& fn, DType dtype, const std::string& name) {
-    return [fn, dtype, name](const Tensor& value) -> Tensor {
+std::function<Tensor(const Tensor&)> make_hook(const py::function& fn, DType dtype, const std::string& name,
+                                               const Shape& shape) {
+    return [fn, dtype, name, shape](const Tensor& value) -> Tensor {
         py::gil_scoped_acquire gil;
         try {
             py::object out = fn(to_numpy(std::make_shared<const Tensor>(value)));
-            return from_numpy(out, dtype, "patch hook of '" + name + "'");
+            // what the hook gave, checked as it is: a value of another shape is refused before
+            // it is copied (a huge one would not fit), something not an array is the wrong type
+            const py::array arr = py::array::ensure(out);
+            const char kind = arr ? arr.dtype().kind() : 'O';
+            if (!py::isinstance<py::array>(out) && kind != 'f' && kind != 'i' && kind != 'u' && kind != 'b')
+                throw py::type_error(
+                    "patch hook of '" + name + "' returned " + std::string(py::str(out.get_type().attr("__name__"))) +
+                    ", not a numeric array (a hook returns the node's replacement, " + shape_str(shape) + ")");
+            if (Shape(arr.shape(), arr.shape() + arr.ndim()) != shape)
+                throw ShapeError("patch hook of '" + name + "' returned " +
+                                 shape_str(Shape(arr.shape(), arr.shape() + arr.ndim())) + ", the node's output is " +
+                                 shape_str(shape));
+            return from_numpy(arr, dtype, "patch hook of '" + name + "'");
         } catch (py::error_already_set& e) {
             HookFailed failed;
             failed.error = std::make_shared<py::error_already_set>(std::move(e));
@@ -175,7 +194,9 @@ void set_patches(const Graph& graph, RunOptions& options, const py::dict& patch,
     for (auto [k, v] : patch) {
         const std::string name = py::cast<std::string>(k);
         if (py::isinstance<py::function>(v))
-            add_hook(graph, options, name, make_hook(py::reinterpret_borrow<py::function>(v), graph.dtype(), name));
+            add_hook(graph, options, name,
+                     make_hook(py::reinterpret_borrow<py::function>(v), graph.dtype(), name,
+                               graph.value(patch_target(graph, name)).shape));
         else
             add_patch(graph, options, name, from_numpy(v, graph.dtype(), "patch " + name, max_bytes));
     }
@@ -219,6 +240,41 @@ PyResult run_graph(const GraphPtr& graph0, const py::dict& inputs, const py::obj
     r.tokens = tokens ? *tokens : r.graph->tokens();
     if (!r.result.complete) throw Error("node '" + r.result.stopped_at + "' output has " + r.result.stop_reason);
     return r;
+}
+
+/// A run's result again from what `result_state` gave (a Trace unpickled): the graph, its
+/// values by name, and how the run kept them.
+PyResult result_from(const GraphPtr& graph, const py::dict& values, const std::vector<double>& seconds, bool traced,
+                     const std::vector<std::string>& only, const std::vector<std::string>& tokens,
+                     const std::vector<std::string>& patched) {
+    PyResult r;
+    r.graph = graph;
+    r.result.values.resize(graph->values().size());
+    for (auto [k, v] : values) {
+        const std::string name = py::cast<std::string>(k);
+        const int id = graph->at(name);
+        Tensor t = from_numpy(v, graph->dtype(), "trace value " + name);
+        if (t.shape() != graph->value(id).shape)
+            throw ShapeError("trace value " + name + " is " + shape_str(t.shape()) + ", the graph's is " +
+                             shape_str(graph->value(id).shape));
+        r.result.values[static_cast<std::size_t>(id)] = std::make_shared<const Tensor>(std::move(t));
+    }
+    r.result.seconds = seconds;
+    r.result.seconds.resize(graph->nodes().size());
+    r.traced = traced;
+    r.only = only;
+    r.tokens = tokens;
+    r.patched = std::set<std::string>(patched.begin(), patched.end());
+    return r;
+}
+
+/// What result_from needs to make `r` again: every value the run kept, by name, and the rest.
+py::tuple result_state(const PyResult& r) {
+    py::dict values;
+    for (std::size_t id = 0; id < r.result.values.size(); ++id)
+        if (r.result.values[id]) values[py::str(r.graph->values()[id].name)] = to_numpy(r.result.values[id]);
+    return py::make_tuple(r.graph, values, r.result.seconds, r.traced, r.only, r.tokens,
+                          std::vector<std::string>(r.patched.begin(), r.patched.end()));
 }
 
 py::array result_get(const PyResult& r, const std::string& name) {
@@ -305,6 +361,24 @@ PyGrad grad_graph(const GraphPtr& graph0, const py::dict& inputs, const std::vec
         out.grads = std::make_shared<Gradients>(backward(*graph, out.forward.result, gs, bo));
     }
     return out;
+}
+
+/// Gradients again from their forward run and (name, gradient) pairs (Gradients unpickled).
+PyGrad grad_from(const PyResult& forward, const py::list& grads) {
+    PyGrad g;
+    g.forward = forward;
+    g.grads = std::make_shared<Gradients>();
+    for (const auto& item : grads) {
+        const auto pair = item.cast<py::tuple>();
+        const std::string name = pair[0].cast<std::string>();
+        const int id = forward.graph->at(name);
+        Tensor t = from_numpy(pair[1], forward.graph->dtype(), "gradient " + name);
+        if (t.shape() != forward.graph->value(id).shape)
+            throw ShapeError("gradient " + name + " is " + shape_str(t.shape()) + ", the value is " +
+                             shape_str(forward.graph->value(id).shape));
+        g.grads->add(name, std::make_shared<const Tensor>(std::move(t)));
+    }
+    return g;
 }
 
 // ---- graphs ----------------------------------------------------------------------------------
@@ -456,17 +530,24 @@ PYBIND11_MODULE(_core, m) {
     static py::exception<GraphError> graph_error(m, "GraphError", error.ptr());
     static py::exception<ShapeError> shape_error(m, "ShapeError", error.ptr());
     static py::exception<IoError> io_error(m, "IoError", error.ptr());
+    // A message may quote a file's bytes (a binary file read as a graph): bytes that are not
+    // UTF-8 are written as \xNN, where PyErr_SetString would raise the error without a message.
+    static const auto raise = [](const py::object& type, const char* what) {
+        py::object text =
+            py::reinterpret_steal<py::object>(PyUnicode_DecodeUTF8(what, std::strlen(what), "backslashreplace"));
+        PyErr_SetObject(type.ptr(), text.ptr());
+    };
     py::register_exception_translator([](std::exception_ptr p) {
         try {
             if (p) std::rethrow_exception(p);
         } catch (const ShapeError& e) {
-            shape_error(e.what());
+            raise(shape_error, e.what());
         } catch (const GraphError& e) {
-            graph_error(e.what());
+            raise(graph_error, e.what());
         } catch (const IoError& e) {
-            io_error(e.what());
+            raise(io_error, e.what());
         } catch (const Error& e) {
-            error(e.what());
+            raise(error, e.what());
         }
     });
 
@@ -514,6 +595,7 @@ PYBIND11_MODULE(_core, m) {
              })
         .def("save", [](const PyResult& r, const fs::path& dir, const std::string& format,
                         bool force) { write_trace(r.trace(), dir, parse_trace_format(format), force); })
+        .def("state", &result_state)
         .def("text", [](const PyResult& r) { return trace_text(r.trace()); })
         .def("report", &result_report);
 
@@ -527,6 +609,13 @@ PYBIND11_MODULE(_core, m) {
                     throw py::key_error("no gradient of '" + name + "' (not requested with wrt=, or not in the graph)");
                 return to_numpy(std::make_shared<const Tensor>(g.grads->at(name)));
             })
+        .def("state",
+             [](const PyGrad& g) {
+                 py::list grads;
+                 for (const auto& name : g.grads->names())
+                     grads.append(py::make_tuple(name, to_numpy(std::make_shared<const Tensor>(g.grads->at(name)))));
+                 return grads;
+             })
         .def("save", [](const PyGrad& g, const fs::path& dir, bool force) {
             write_grad_trace(g.forward.trace(), *g.grads, "L = sum(G * outputs)", dir, force);
         });
@@ -556,6 +645,8 @@ PYBIND11_MODULE(_core, m) {
           py::arg("patch"), py::arg("tokens"), py::arg("keep_all") = false, py::arg("max_memory") = std::nullopt);
     m.def("grad", &grad_graph, py::arg("graph"), py::arg("inputs"), py::arg("wrt"), py::arg("output_grads"),
           py::arg("patch"), py::arg("threads"), py::arg("tokens"), py::arg("max_memory") = std::nullopt);
+    m.def("result_from", &result_from);
+    m.def("grad_from", &grad_from);
     m.def("default_max_memory", &default_max_memory);
     m.def("release_memory", [] {
         const std::size_t bytes = buffer_pool_stats().bytes;

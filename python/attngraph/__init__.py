@@ -313,15 +313,23 @@ class Trace:
 
     @_hinted
     def save(self, dir, format="npy", force=False):
-        """Writes the trace as `attngraph run --trace DIR` does (diff and report read it)."""
-        self._r.save(_os.fspath(dir), format, force)
+        """Writes the trace as `attngraph run --trace DIR` does (diff and report read it);
+        `format` "npy", "text" or "json" as the CLI's --trace-format."""
+        if format not in ("npy", "text", "json"):
+            raise ValueError("format must be 'npy', 'text' or 'json', got %r" % (format,))
+        self._r.save(_os.fspath(dir), format, bool(force))
 
     def text(self):
         return self._r.text()
 
     def report(self, max_side=256):
-        """The self-contained HTML report of this trace (as `attngraph report`)."""
-        return self._r.report(max_side)
+        """The self-contained HTML report of this trace (as `attngraph report`); matrices
+        larger than `max_side` (8 to 4096, as --max-side) a side are shown pooled."""
+        if isinstance(max_side, bool) or not isinstance(max_side, _numbers.Integral):
+            raise TypeError("max_side must be an int (8 to 4096), got %s" % type(max_side).__name__)
+        if not 8 <= max_side <= 4096:
+            raise ValueError("max_side must be 8 to 4096 (as attngraph report --max-side), got %d" % max_side)
+        return self._r.report(int(max_side))
 
     def _repr_html_(self):
         page = self.report()
@@ -330,6 +338,12 @@ class Trace:
 
     def __repr__(self):
         return "<attngraph.Trace of '%s': %d values>" % (self._r.graph.name, len(self._r.names))
+
+    def __reduce__(self):
+        # the graph as its graph-file text (Graph.__reduce__), the kept values as numpy arrays
+        core_graph, values, seconds, traced, only, tokens, patched = self._r.state()
+        return (_trace_from, (Graph(core_graph, self._onnx_names, self._notes), values, list(seconds), traced,
+                              list(only), list(tokens), list(patched)))
 
 
 class Gradients:
@@ -360,6 +374,10 @@ class Gradients:
     def save(self, dir, force=False):
         """Writes the forward trace and every gradient (grad/<name>.npy), as `attngraph grad --trace`."""
         self._g.save(_os.fspath(dir), force)
+
+    def __reduce__(self):
+        # the forward trace as a Trace pickles, the gradients as (name, array) pairs
+        return (_gradients_from, (self.forward, list(self._g.state())))
 
 
 @_hinted
@@ -412,9 +430,39 @@ def new(variant="mha-batched", seq=4, d_model=8, heads=2, groups=0, batch=0, kv_
     `documents` document's packed lengths. With `weights_from` (a safetensors file), its
     projections are the file's <prefix>q_proj/k_proj/v_proj/o_proj weights and biases (Hugging
     Face names)."""
-    return Graph(_core.new_variant(variant, seq, d_model, heads, groups, batch, kv_seq, window, causal,
-                                   list(lengths), past, softcap, prefix_length, list(documents), dtype, seed,
+    sizes = {"seq": seq, "d_model": d_model, "heads": heads, "groups": groups, "batch": batch, "kv_seq": kv_seq,
+             "window": window, "past": past, "prefix_length": prefix_length, "seed": seed}
+    for key, v in sizes.items():
+        sizes[key] = _count(v, key)
+    lengths = [_count(v, "lengths[%d]" % i) for i, v in enumerate(_int_list(lengths, "lengths"))]
+    documents = [_count(v, "documents[%d]" % i) for i, v in enumerate(_int_list(documents, "documents"))]
+    if softcap is not None:
+        if isinstance(softcap, bool) or not isinstance(softcap, _numbers.Real):
+            raise TypeError("softcap must be a number (the cap c), got %s" % type(softcap).__name__)
+        softcap = float(softcap)
+    for key, v in (("variant", variant), ("dtype", dtype), ("name", name), ("prefix", prefix)):
+        if not isinstance(v, str):
+            raise TypeError("%s must be a str, got %s" % (key, type(v).__name__))
+    return Graph(_core.new_variant(variant, sizes["seq"], sizes["d_model"], sizes["heads"], sizes["groups"],
+                                   sizes["batch"], sizes["kv_seq"], sizes["window"], bool(causal), lengths,
+                                   sizes["past"], softcap, sizes["prefix_length"], documents, dtype, sizes["seed"],
                                    name, "" if weights_from is None else _os.fspath(weights_from), prefix))
+
+
+def _count(v, what):
+    """`v` as a size or count (an int >= 0; numpy's integers too), or a TypeError / ValueError naming `what`."""
+    if isinstance(v, (bool, _np.bool_)) or not isinstance(v, _numbers.Integral):
+        raise TypeError("%s must be an int, got %s %r" % (what, type(v).__name__, v))
+    if v < 0:
+        raise ValueError("%s must be 0 or more, got %d" % (what, v))
+    return int(v)
+
+
+def _int_list(v, what):
+    """`v` (a list, tuple or 1-D array of ints) as a list, or a TypeError naming `what`."""
+    if isinstance(v, (str, bytes)) or _np.ndim(v) != 1:
+        raise TypeError("%s must be a list of ints, got %s" % (what, type(v).__name__))
+    return list(v)
 
 
 def variants():
@@ -442,8 +490,16 @@ class Builder:
         self._shapes, self._counter = {}, 0
 
     def _tensor(self, name, kind, data):
-        data = _np.array(data)  # a copy: the caller's array may change before build()
         self._check_new(name)
+        if data is None or isinstance(data, (str, bytes)):
+            raise TypeError("%s %s: expected a numeric array, got %s" % (kind, name, type(data).__name__))
+        try:
+            data = _np.array(data)  # a copy: the caller's array may change before build()
+        except ValueError:  # a ragged list
+            raise TypeError("%s %s: expected a numeric array, got %s (numpy cannot read it as an array)" %
+                            (kind, name, type(data).__name__)) from None
+        if data.dtype.kind not in "fiub":  # refused here, at the line that gave it, not at build()
+            raise TypeError("%s %s: expected a numeric array, got an array of %s" % (kind, name, data.dtype))
         self._tensors.append((name, kind, data))
         self._shapes[name] = tuple(data.shape)
         return Value(self, name)
@@ -660,3 +716,14 @@ def _graph_reduce(self):
 
 
 Graph.__reduce__ = _graph_reduce  # graphs pickle as their graph-file text (Dask ships them so)
+
+
+def _gradients_from(forward, grads):
+    """Gradients again from their pickled parts (Gradients.__reduce__)."""
+    return Gradients(_core.grad_from(forward._r, grads), forward._onnx_names, forward._notes)
+
+
+def _trace_from(graph, values, seconds, traced, only, tokens, patched):
+    """A Trace again from its pickled parts (Trace.__reduce__)."""
+    return Trace(_core.result_from(graph._g, values, seconds, traced, only, tokens, patched), graph.onnx_names,
+                 graph.notes)

@@ -55,19 +55,39 @@ def _graph(text, digest, onnx_names):
     return g
 
 
-def _add(total, part):
+def _add(total, part, where=None):
+    """total += part, key by key. `where` ("input 7") checks `part` as reduce()'s result: a
+    dict of numbers or arrays, each key of one shape throughout (numpy would broadcast
+    (1,) + (5,) without a word)."""
+    if where is not None and not isinstance(part, dict):
+        raise TypeError("sweep: reduce() must return a dict of numbers or arrays, got %s for %s" %
+                        (type(part).__name__, where))
     for k, v in part.items():
         v = np.asarray(v, dtype=np.float64)
+        if k in total and total[k].shape != v.shape:
+            raise ValueError("sweep: reduce()'s '%s' has shape %s%s, %s before" %
+                             (k, v.shape, " for " + where if where else "", total[k].shape))
         total[k] = v.copy() if k not in total else total[k] + v
     return total
 
 
-def _run_chunk(text, digest, inputs, reduce, trace, threads, onnx_names=()):
-    """Runs one chunk; returns (sum of reduce over its inputs in order, count)."""
+def _run_chunk(text, digest, inputs, reduce, trace, threads, onnx_names=(), first=0):
+    """Runs one chunk, whose inputs are the sweep's `first`, `first` + 1, ...; returns (sum of
+    reduce over its inputs in order, count). An input that fails raises naming its index."""
+    import attngraph
     g = _graph(text, digest, onnx_names)
     total = {}
-    for x in inputs:
-        _add(total, reduce(g.run(x, trace=trace, threads=threads)))
+    for i, x in enumerate(inputs, first):
+        try:
+            t = g.run(x, trace=trace, threads=threads)
+        except (attngraph.Error, TypeError, ValueError) as e:  # one line naming the input
+            raise type(e)("sweep: input %d: %s" % (i, e)) from None
+        try:
+            part = reduce(t)
+        except Exception as e:
+            e.add_note("sweep: raised by reduce() on input %d" % i)
+            raise
+        _add(total, part, "input %d" % i)
     return total, len(inputs)
 
 
@@ -132,7 +152,7 @@ def sweep(graph, inputs_iter, reduce, client=None, chunk=8, trace=True, threads=
     try:
         if client is None:
             for c in _chunks(inputs_iter, chunk):
-                part, n = _run_chunk(text, digest, c, reduce, trace, threads, onnx_names)
+                part, n = _run_chunk(text, digest, c, reduce, trace, threads, onnx_names, count)
                 _add(total, part)
                 count += n
                 nchunks += 1
@@ -141,21 +161,26 @@ def sweep(graph, inputs_iter, reduce, client=None, chunk=8, trace=True, threads=
             from distributed import as_completed
             # the graph text travels with each task: a broadcast scatter of it was lost now and
             # then ("failed to acquire keys", the chunk cancelled) when a worker fetched it
-            futures = [client.submit(_run_chunk, text, digest, c, reduce, trace, threads, onnx_names, pure=False)
-                       for c in _chunks(inputs_iter, chunk)]
+            futures = [client.submit(_run_chunk, text, digest, c, reduce, trace, threads, onnx_names, k * chunk,
+                                     pure=False)
+                       for k, c in enumerate(_chunks(inputs_iter, chunk))]
             order = {f.key: i for i, f in enumerate(futures)}
             done = [None] * len(futures)
             next_index = 0
-            for f in as_completed(futures):
-                done[order[f.key]] = f.result()
-                f.release()
-                while next_index < len(done) and done[next_index] is not None:  # combine in input order
-                    part, n = done[next_index]
-                    done[next_index] = ()
-                    _add(total, part)
-                    count += n
-                    next_index += 1
-                    bar.update(count)
+            try:
+                for f in as_completed(futures):
+                    done[order[f.key]] = f.result()
+                    f.release()
+                    while next_index < len(done) and done[next_index] is not None:  # combine in input order
+                        part, n = done[next_index]
+                        done[next_index] = ()
+                        _add(total, part)
+                        count += n
+                        next_index += 1
+                        bar.update(count)
+            except BaseException:  # a chunk failed (or Ctrl-C): the chunks still queued are not run
+                client.cancel(futures)
+                raise
             nchunks = len(futures)
     finally:
         bar.close()

@@ -166,6 +166,20 @@ def test_report_and_repr_html(seed_path):
     assert r.tokens == ["a", "bb", "ccc"]
 
 
+def test_report_of_a_trace_with_empty_values():
+    """Values without elements whose last two axes are not empty ((B, 0, h, d_k) after the
+    permute of an empty sequence, or a batch of 0) made the report read past them: the
+    process died (segfault). Each shows as an empty matrix now."""
+    g = attngraph.new("causal", batch=2, seq=3, d_model=4, heads=1)
+    for x in (np.zeros((2, 0, 4), np.float32), np.zeros((0, 3, 4), np.float32)):
+        r = g.run({"X": x}, trace=True)
+        # numpy: an empty sequence (or batch) in, the same empty shape out
+        assert r["Y"].shape == x.shape and r["O_rows"].size == 0
+        page = r.report()
+        assert page.startswith("<!DOCTYPE html>") and "O_rows" in page and "O_concat" in page
+    assert g.grad({"X": np.zeros((0, 3, 4))}).forward.report().startswith("<!DOCTYPE html>")
+
+
 def test_tokens_label_the_trace(seed_path, tmp_path):
     r = attngraph.load(seed_path).run(trace=True, tokens=["x", "y", "z"])
     r.save(tmp_path / "t")
@@ -283,6 +297,47 @@ def test_graph_pickles_as_its_file(seed_path):
     g = attngraph.load(seed_path)
     h = pickle.loads(pickle.dumps(g))
     np.testing.assert_array_equal(g.run()["Y"], h.run()["Y"])
+
+
+def test_traces_pickle(seed_path, seed_values, tmp_path):
+    """A Trace pickles (multiprocessing, joblib, a file): the graph as its file, the kept values
+    as arrays, and what marks the run (kept globs, tokens, patched values). It was a
+    TypeError: cannot pickle 'attngraph._core.Result' object."""
+    import pickle
+    g = attngraph.load(seed_path)
+    uniform = np.full((3, 3), 1 / 3)
+    r = g.run(trace=True, tokens=["a", "b", "c"], patch={"head2.A": uniform})
+    back = pickle.loads(pickle.dumps(r))
+    assert back.names == r.names and back.tokens == ["a", "b", "c"] and back.patched == ["head2.A"]
+    for name in ("head1.A", "head1.O", "head2.S"):  # upstream of the patch: the document's values
+        np.testing.assert_allclose(back[name], np.array(seed_values[name]), atol=1e-5)
+    np.testing.assert_allclose(back["Y"][:, 2:], uniform @ np.array(seed_values["head2.V"]), atol=1e-6)
+    assert not back["Y"].flags.writeable and back["Y"].dtype == np.float32
+    back.save(tmp_path / "t")
+    assert json.loads((tmp_path / "t" / "manifest.json").read_text())["tokens"] == ["a", "b", "c"]
+    assert "head2.A" in back.report()
+    # globs kept, an f64 graph's dtype, and the forward trace of gradients
+    only = pickle.loads(pickle.dumps(g.with_dtype("f64").run(trace=["head*.A"])))
+    assert only.names == ["head1.A", "head2.A", "Y"] and only["Y"].dtype == np.float64
+    np.testing.assert_allclose(only["head2.A"], np.array(seed_values["head2.A"]), atol=1e-6)
+    fwd = pickle.loads(pickle.dumps(g.grad(wrt=["Wo"]).forward))
+    np.testing.assert_allclose(fwd["Y"], np.array(seed_values["Y"]), atol=1e-5)
+
+
+def test_gradients_pickle(seed_path, tmp_path):
+    """Gradients pickle as their forward Trace and (name, array) pairs; it was a TypeError."""
+    import pickle
+    g = attngraph.load(seed_path)
+    uniform = np.full((3, 3), 1 / 3, np.float32)
+    back = pickle.loads(pickle.dumps(g.grad(wrt=["head2.Wv", "head2.Wq"], patch={"head2.A": uniform})))
+    assert back.names == ["head2.Wq", "head2.Wv"] and "head2.Wv" in back and "head1.Wq" not in back
+    # L = sum(Y), Y[:, 2:] = A2 X Wv2 with A2 uniform: dL/dWv2[k][c] = sum_j X[j][k] = 2, 2, 1, 1
+    np.testing.assert_allclose(back["head2.Wv"], np.repeat([[2.0], [2.0], [1.0], [1.0]], 2, axis=1), atol=1e-5)
+    np.testing.assert_array_equal(back["head2.Wq"], np.zeros((4, 2)))  # nothing flows through the constant
+    assert back.forward.patched == ["head2.A"]
+    np.testing.assert_array_equal(back.forward["head2.A"], uniform)
+    back.save(tmp_path / "g")
+    np.testing.assert_allclose(np.load(tmp_path / "g" / "grad" / "head2.Wv.npy"), back["head2.Wv"])
 
 
 def test_the_gil_is_released_while_a_graph_runs():
@@ -421,6 +476,22 @@ def test_non_finite_settings_are_typed_errors():
         attngraph.parse(doc)
 
 
+def test_builder_refuses_tensor_data_that_is_not_numbers_at_the_call():
+    """b.input(name, None) was taken and failed at build() as a GraphError about numpy's
+    "object" dtype, far from the line that gave it."""
+    b = attngraph.Builder("b")
+    for data, what in ((None, "got NoneType"), ("abc", "got str"), ([["a", "b"]], "got an array of <U1"),
+                       ([[1, 2], [3]], r"got list \(numpy cannot read it as an array\)")):
+        with pytest.raises(TypeError, match="^input X: expected a numeric array, %s$" % what):
+            b.input("X", data)
+    with pytest.raises(TypeError, match="^param W: expected a numeric array, got NoneType$"):
+        b.param("W", None)
+    x = b.input("X", [[0.0, 1.0, 2.0]])  # the name is still free; a list of numbers is data
+    b.output(attngraph.softmax(x).named("A"))
+    e = np.exp([0.0, 1.0, 2.0])
+    np.testing.assert_allclose(b.build().run()["A"], [e / e.sum()], rtol=1e-6)
+
+
 def test_builder_copies_tensor_data_at_the_call():
     x, w = np.eye(2, 3, dtype=np.float32), np.ones((3, 2), np.float32)
     b = attngraph.Builder("copy")
@@ -465,6 +536,76 @@ def test_bad_argument_types_name_the_argument(seed_path, seed_values, tmp_path):
         attngraph.load(onnx, input_shapes={"X": (2.5, 4)})
     with pytest.raises(TypeError, match="input_shapes: names must be str"):
         attngraph.load(onnx, input_shapes={0: (1, 4)})
+
+
+def test_values_that_are_not_arrays_are_type_errors(seed_path, seed_values):
+    """None, a str or a ragged list given as an input or a patch is a TypeError naming it (it
+    was a GraphError about numpy's "object" dtype, or a ShapeError); lists of numbers are read."""
+    g = attngraph.load(seed_path)
+    for value, name in ((None, "NoneType"), ("abc", "str"), ([[1, 2], [3]], "list")):
+        with pytest.raises(TypeError, match=r"^input X: expected a numeric numpy array, got %s" % name):
+            g.run({"X": value})
+        with pytest.raises(TypeError, match=r"^patch head2.A: expected a numeric numpy array, got %s" % name):
+            g.run(patch={"head2.A": value})
+    with pytest.raises(attngraph.GraphError, match="numpy dtype <U1 is not a number"):  # an array, of str
+        g.run({"X": np.array([["a"] * 4] * 3)})
+    np.testing.assert_allclose(g.run({"X": seed_values["X"]})["Y"], np.array(seed_values["Y"]), atol=1e-5)
+
+
+def test_argument_values_of_save_report_and_new(seed_path, tmp_path):
+    """save's format, report's max_side (as --max-side, 8 to 4096) and new's sizes: a
+    ValueError or TypeError naming the argument, not pybind11's list of signatures."""
+    r = attngraph.load(seed_path).run(trace=True)
+    with pytest.raises(ValueError, match="^format must be 'npy', 'text' or 'json', got 'csv'$"):
+        r.save(tmp_path / "t", format="csv")
+    for side in (0, 7, -1, 4097):
+        with pytest.raises(ValueError, match=r"^max_side must be 8 to 4096 \(as attngraph report --max-side\), "
+                                             r"got %d$" % side):
+            r.report(max_side=side)
+    with pytest.raises(TypeError, match="^max_side must be an int"):
+        r.report(max_side=8.5)
+    assert r.report(max_side=np.int64(8)).startswith("<!DOCTYPE html>")
+    with pytest.raises(ValueError, match="^seq must be 0 or more, got -1$"):
+        attngraph.new("mha-batched", seq=-1)
+    with pytest.raises(TypeError, match="^d_model must be an int, got float 8.0$"):
+        attngraph.new("mha-batched", d_model=8.0)
+    with pytest.raises(ValueError, match=r"^lengths\[1\] must be 0 or more, got -2$"):
+        attngraph.new("causal", batch=2, lengths=[3, -2])
+    with pytest.raises(TypeError, match="^lengths must be a list of ints, got int$"):
+        attngraph.new("causal", batch=2, lengths=3)
+    with pytest.raises(TypeError, match="^softcap must be a number"):
+        attngraph.new("softcap", softcap="1")
+    # numpy integers and arrays are sizes: X (B, n, d), and key padding from lengths
+    g = attngraph.new("causal", batch=np.int64(2), seq=np.int32(4), d_model=8, lengths=np.array([4, 2]))
+    assert g.shape("X") == (2, 4, 8)
+    a = g.run(trace=["A"])["A"]
+    np.testing.assert_array_equal(a[1, :, :, 2:], np.zeros((2, 4, 2)))  # keys 2, 3 of sequence 1 padded
+    np.testing.assert_allclose(a.sum(-1), np.ones((2, 2, 4)), rtol=1e-6)
+
+
+def test_file_errors_name_the_path_given(seed_path, seed_values, tmp_path):
+    """A folder given as a graph file said "no such graph file"; a trace folder that cannot be
+    made named the hidden temporary folder beside it, not the one given."""
+    with pytest.raises(attngraph.IoError, match="^%s: is a directory, not a graph file$" % tmp_path):
+        attngraph.load(tmp_path)
+    with pytest.raises(attngraph.IoError, match="^%s: no such graph file$" % (tmp_path / "nope.json")):
+        attngraph.load(tmp_path / "nope.json")
+    r = attngraph.load(seed_path).run(trace=True)
+    with pytest.raises(attngraph.IoError, match=r"^/proc/attngraph-trace: cannot create \(.*; writing through "
+                                                r"/proc/\.attngraph-trace\.tmp-"):
+        r.save("/proc/attngraph-trace")  # /proc takes no new folder, not even from root
+    r.save(tmp_path / "t")
+    np.testing.assert_allclose(np.load(tmp_path / "t" / "head1.A.npy"), np.array(seed_values["head1.A"]), atol=1e-5)
+
+
+def test_a_binary_file_read_as_a_graph_keeps_its_message(tmp_path):
+    """The JSON parser quotes the bytes it read; bytes that are not UTF-8 (a .npy file's
+    magic 0x93) made the GraphError's message empty."""
+    np.save(tmp_path / "x.npy", np.ones(3))
+    with pytest.raises(attngraph.GraphError) as e:
+        attngraph.load(tmp_path / "x.npy")
+    assert str(e.value).startswith("%s: malformed JSON: parse error at line 1, column 1" % (tmp_path / "x.npy"))
+    assert "last read: '\\x93'" in str(e.value)
 
 
 def test_errors_give_hints_in_python_spelling(seed_path, tmp_path):

@@ -96,3 +96,31 @@ def test_gradients_treat_the_patched_value_as_a_constant(seed_path):
     # the same through a hook
     gh = g.grad(wrt=["head2.Wv"], patch={"head2.A": lambda t: uniform})
     np.testing.assert_array_equal(gh["head2.Wv"], gr["head2.Wv"])
+
+
+def seed_y_with_head2(seed_values, a2):
+    """The seed's Y (Wo = I, bo = 0: [head1.O | head2.O]) with head2.A replaced by `a2`, in numpy."""
+    return np.hstack([np.array(seed_values["head1.O"]), np.asarray(a2, np.float64) @ np.array(seed_values["head2.V"])])
+
+
+def test_hooks_returning_something_else_than_the_value(seed_path, seed_values):
+    """A hook's result is checked as returned: not an array is a TypeError naming the hook, a
+    value of another shape a ShapeError before it is copied (a huge one was a MemoryError
+    from copying it first); a list or another dtype is converted."""
+    g = attngraph.load(seed_path)
+    for returned, name in ((None, "NoneType"), ("abc", "str"), ({"a": 1}, "dict")):
+        with pytest.raises(TypeError, match=r"^patch hook of 'head2.A' returned %s, not a numeric array" % name):
+            g.run(patch={"head2.A": lambda t, returned=returned: returned})
+    huge = np.broadcast_to(np.float32(0), (200000, 200000))  # 160 GB as f32, no memory as a view
+    with pytest.raises(attngraph.ShapeError, match=r"^patch hook of 'head2.A' returned 200000x200000, "
+                                                   r"the node's output is 3x3$"):
+        g.run(patch={"head2.A": lambda t: huge})
+    with pytest.raises(attngraph.ShapeError, match="returned 3x3x1, the node's output is 3x3"):
+        g.run(patch={"head2.A": lambda t: t[..., None]})
+    with pytest.raises(TypeError, match="output_grads Y: expected a numeric numpy array, got NoneType"):
+        g.grad(wrt=["Wo"], output_grads={"Y": None})
+    uniform = [[1 / 3] * 3] * 3
+    for hook in (lambda t: uniform, lambda t: np.asfortranarray(np.array(uniform, np.float64)),
+                 lambda t: np.full((3, 6), 1 / 3, np.float16)[:, ::2]):
+        np.testing.assert_allclose(g.run(patch={"head2.A": hook})["Y"], seed_y_with_head2(seed_values, uniform),
+                                   atol=1e-3)

@@ -69,6 +69,24 @@ def test_errors_name_file_and_key(tmp_path, cli):
         attngraph.load(tmp_path / "g.json")
 
 
+def test_transpose_of_a_tensor_not_2d_names_its_rank(tmp_path):
+    """It said "this one is 3" for a 1-D tensor of 3 values."""
+    v = np.array([1.0, 2.0, 3.0], np.float32)
+    write_safetensors(tmp_path / "m.safetensors", {"v": ("F32", v), "c": ("F32", np.ones((1, 2, 3), np.float32))})
+    for key, rank in (("v", r"1-D \(3\)"), ("c", r"3-D \(1x2x3\)")):
+        (tmp_path / "g.json").write_text(json.dumps(graph_doc({"safetensors": "m.safetensors", "key": key,
+                                                               "transpose": True})))
+        with pytest.raises(attngraph.IoError, match=r"key '%s': \"transpose\" needs a 2-D tensor, this one is %s$"
+                                                    % (key, rank)):
+            attngraph.load(tmp_path / "g.json")
+    # without "transpose", the vector is read as it is: softmax([1, 2, 3]) in numpy
+    (tmp_path / "g.json").write_text(json.dumps({
+        "tensors": {"W": {"kind": "param", "safetensors": "m.safetensors", "key": "v"}},
+        "nodes": [{"name": "Y", "op": "Softmax", "inputs": ["W"]}], "outputs": ["Y"]}))
+    e = np.exp(v - v.max())
+    np.testing.assert_allclose(attngraph.load(tmp_path / "g.json").run()["Y"], e / e.sum(), rtol=1e-6)
+
+
 def hf_attention(x, q, k, v, o, bq, bo, heads, groups):
     """Plain numpy: Hugging Face-style attention (weights (out, in), repeat_kv for groups)."""
     n, d = x.shape

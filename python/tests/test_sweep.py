@@ -1,5 +1,7 @@
 """attngraph.sweep: in-process and on a 2-worker LocalCluster, the same result bit for bit;
 checked against a plain loop over the same runs."""
+import time
+
 import numpy as np
 import attngraph
 from attngraph.sweep import attention_entropy
@@ -57,3 +59,53 @@ def test_chunk_must_be_a_positive_count():
             attngraph.sweep(g, dataset(3, seq=4, d=8), lambda t: {"y": t["Y"].sum()}, chunk=chunk, trace=False)
     res = attngraph.sweep(g, dataset(3, seq=4, d=8), lambda t: {"y": t["Y"].sum()}, chunk=1, trace=False)
     assert res.chunks == 3 and res.count == 3
+
+
+def test_a_bad_input_is_named_and_the_queued_chunks_are_cancelled():
+    """An input that fails stops the sweep with the run's error, prefixed with its index (in
+    process and from a cluster's worker); a failing reduce() says so in a note; a cluster
+    keeps no task of the sweep afterwards."""
+    import pytest
+    from distributed import Client, LocalCluster
+
+    g = attngraph.new("mha-batched", seq=6, d_model=16, heads=4)
+    data = dataset(12)
+    data[7] = {"X": np.zeros((6, 9), np.float32)}
+    message = r"^sweep: input 7: node 'QKV' \(Linear\): last axis of x \(6x9\)"
+    with pytest.raises(attngraph.ShapeError, match=message):
+        attngraph.sweep(g, data, reduce, trace=["A", "Y"], chunk=3)
+    with pytest.raises(KeyError) as e:
+        attngraph.sweep(g, dataset(4), lambda t: {"x": t["nope"]}, chunk=3)
+    assert e.value.__notes__ == ["sweep: raised by reduce() on input 0"]
+    # inputs 0-6 alone: the plain loop in numpy's float64 sum
+    good = attngraph.sweep(g, data[:7], reduce, trace=["A", "Y"], chunk=3)
+    y = sum(g.run(x)["Y"].astype(np.float64).sum() for x in data[:7])
+    np.testing.assert_allclose(good["y_sum"], y, rtol=1e-12)
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster, \
+            Client(cluster) as client:
+        with pytest.raises(attngraph.ShapeError, match=message) as e:  # e keeps the sweep's frame alive
+            attngraph.sweep(g, data * 4, reduce, client=client, trace=["A", "Y"], chunk=3)
+        for _ in range(600):  # cancelled tasks leave the scheduler shortly after (a loaded machine: seconds)
+            left = client.run_on_scheduler(lambda dask_scheduler: len(dask_scheduler.tasks))
+            if left == 0:
+                break
+            time.sleep(0.05)
+        assert left == 0
+
+
+def test_what_reduce_returns_is_checked():
+    """reduce() returning something else than a dict raised AttributeError ('float' object has
+    no attribute 'items'); arrays of another shape for one input were broadcast into the
+    total without a word. Both are one line naming the input now."""
+    import pytest
+    g = attngraph.new("mha-batched", seq=6, d_model=16, heads=4)
+    data = dataset(5)
+    with pytest.raises(TypeError, match=r"^sweep: reduce\(\) must return a dict of numbers or arrays, "
+                                        r"got float for input 0$"):
+        attngraph.sweep(g, data, lambda t: float(t["Y"].sum()), trace=False)
+    sizes = iter([1, 1, 1, 4, 1])  # input 3 gives 4 numbers where the others give 1
+    with pytest.raises(ValueError, match=r"^sweep: reduce\(\)'s 'y' has shape \(4,\) for input 3, \(1,\) before$"):
+        attngraph.sweep(g, data, lambda t: {"y": np.full(next(sizes), t["Y"].sum())}, trace=False, chunk=2)
+    res = attngraph.sweep(g, data, lambda t: {"y": t["Y"].astype(np.float64).sum(axis=0)}, trace=False, chunk=2)
+    np.testing.assert_allclose(res.mean()["y"], np.mean([g.run(x)["Y"].astype(np.float64).sum(axis=0)
+                                                         for x in data], axis=0), rtol=1e-12)
