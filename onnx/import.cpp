@@ -566,6 +566,17 @@ private:
         m_values[vi.name()] = std::move(v);
     }
 
+    // A float scalar constant of our own named `name`, materialized: its attngraph name.
+    std::string scalar(const std::string& name, double value) {
+        Value c;
+        c.is_const = true;
+        c.c = OnnxTensor{TP::FLOAT, {}, {value}};
+        c.elem_type = TP::FLOAT;
+        m_values[name] = c;
+        m_synthetic.insert(name);
+        return materialize(name);
+    }
+
     // The attngraph name of a value; a constant becomes a param on first use. A zero-size
     // constant (an empty Slice) may only be a graph output: no op takes zero-size inputs.
     std::string materialize(const std::string& onnx_name, bool graph_output = false) {
@@ -821,17 +832,7 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
                 return;
             }
             const std::string name = out_name(0);
-            auto constant = [&](double value, const char* what) {
-                Value c;
-                c.is_const = true;
-                c.c = OnnxTensor{TP::FLOAT, {}, {value}};
-                c.elem_type = TP::FLOAT;
-                const std::string cname = name + what;
-                m_values[cname] = c;
-                m_synthetic.insert(cname);
-                return materialize(cname);
-            };
-            const std::string one = constant(1, ".one"), zero = constant(0, ".zero");
+            const std::string one = scalar(name + ".one", 1), zero = scalar(name + ".zero", 0);
             emit("Where", name, {x.name, one, zero});
             define(out0, name, x.shape, TP::BOOL);
             m_values[out0].zero_one = true;
@@ -860,21 +861,11 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
         check_attrs({});
         const Shape s = op == "Or" ? broadcast(arg(0).shape, arg(1).shape, where) : arg(0).shape;
         const std::string name = out_name(0);
-        auto constant = [&](double value, const char* what) {
-            Value c;
-            c.is_const = true;
-            c.c = OnnxTensor{TP::FLOAT, {}, {value}};
-            c.elem_type = TP::FLOAT;
-            const std::string cname = name + what;
-            m_values[cname] = c;
-            m_synthetic.insert(cname);
-            return materialize(cname);
-        };
         const std::string cond = materialize(node.input(0));
         if (op == "Or")
-            emit("Where", name, {cond, constant(1, ".one"), materialize(node.input(1))});
+            emit("Where", name, {cond, scalar(name + ".one", 1), materialize(node.input(1))});
         else
-            emit("Where", name, {cond, constant(0, ".zero"), constant(1, ".one")});
+            emit("Where", name, {cond, scalar(name + ".zero", 0), scalar(name + ".one", 1)});
         define(out0, name, s, TP::BOOL);
         m_values[out0].zero_one = true;
         return;
