@@ -575,6 +575,12 @@ PYBIND11_MODULE(_core, m) {
         .def("check_table", &check_table)
         .def("rows", &node_rows)
         .def("to_json", [](const Graph& g) { return graph_to_json(g).dump(2); })
+        .def("save",
+             [](const Graph& g, const fs::path& path) {
+                 const std::string text = graph_to_json(g).dump(2);
+                 py::gil_scoped_release release;
+                 write_file_atomically(path, text);
+             })
         .def("with_dtype", [](const Graph& g, const std::string& d) {
             return std::make_shared<Graph>(g.with_dtype(parse_dtype(d)));
         });

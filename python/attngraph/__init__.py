@@ -255,9 +255,9 @@ class Graph:
         return self._g.to_json()
 
     def save(self, path):
-        """Writes the graph file (tensors inline) to `path`."""
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(self.to_json())
+        """Writes the graph file (tensors inline) to `path`, atomically (a temporary beside it
+        renamed into place); a path that cannot be written is an IoError."""
+        self._g.save(_os.fspath(path))
 
     def __repr__(self):
         return "<attngraph.Graph '%s' %s, %d values, outputs %s>" % (self.name, self.dtype, len(self.names),

@@ -299,6 +299,18 @@ def test_graph_pickles_as_its_file(seed_path):
     np.testing.assert_array_equal(g.run()["Y"], h.run()["Y"])
 
 
+def test_graph_save_is_atomic_and_typed(seed_path, seed_values, tmp_path):
+    g = attngraph.load(seed_path)
+    out = tmp_path / "seed_copy.json"
+    g.save(out)
+    np.testing.assert_allclose(attngraph.load(out).run()["Y"], np.array(seed_values["Y"]), atol=1e-5)
+    with pytest.raises(attngraph.IoError, match="no_such_dir"):
+        g.save(tmp_path / "no_such_dir" / "g.json")
+    with pytest.raises(attngraph.IoError, match="names no file"):
+        g.save(str(tmp_path) + "/")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["seed_copy.json"]  # no temporary left
+
+
 def test_traces_pickle(seed_path, seed_values, tmp_path):
     """A Trace pickles (multiprocessing, joblib, a file): the graph as its file, the kept values
     as arrays, and what marks the run (kept globs, tokens, patched values). It was a
