@@ -295,7 +295,9 @@ void backward_blocks(const AttentionOperands<T>& op, const T* a_kept, const T* d
                 // the step's keys: A is 0 outside [lo, hi), so dV, dS, dQ and dK get nothing
                 // there; with two maps the union of theirs (every key for a lambda that is not
                 // finite: 0·lambda is NaN there, as the forward has it)
-                auto [lo, hi] = op.keys(u * maps, r0, rows);
+                // (not a structured binding: the lambdas below capture lo and hi, which clang 14 refuses)
+                const auto keys = op.keys(u * maps, r0, rows);
+                std::size_t lo = keys.first, hi = keys.second;
                 if (diff) {
                     const auto [lo2, hi2] = op.keys(u * maps + 1, r0, rows);
                     if (lo >= hi) lo = lo2, hi = hi2;
