@@ -76,6 +76,21 @@ void add_into(double* to, const double* from, std::size_t count) {
     for (std::size_t i = 0; i < count; ++i) to[i] += from[i];
 }
 
+// Whether rows of values (row r at p + r·ld, columns [lo, hi)) hold a NaN, or with `inf`
+// also an inf (x·0 is ±0 for a finite x): one pass that vectorises, no branch per value.
+template <class T>
+bool any_nan(const T* p, std::size_t rows, std::size_t ld, std::size_t lo, std::size_t hi, bool inf) {
+    bool bad = false;
+    for (std::size_t r = 0; r < rows; ++r) {
+        const T* x = p + r * ld;
+        if (inf)
+            for (std::size_t j = lo; j < hi; ++j) bad |= x[j] * T(0) != T(0);
+        else
+            for (std::size_t j = lo; j < hi; ++j) bad |= x[j] != x[j];
+    }
+    return bad;
+}
+
 // `to` += `from` on the columns [lo, hi) of `rows` rows of m values (a traced gradient: the
 // keys outside stay as they are, 0 in a fresh gradient)
 template <class T>
@@ -150,6 +165,16 @@ void backward_blocks(const AttentionOperands<T>& op, const T* a_kept, const T* d
     std::vector<double> lambda_sums(g.lambda ? outputs : 0, 0.0);
     const ops::MulAttrs mul{};
     const ops::SubAttrs sub{};
+    // the steps that are not finite take every key (attention_backward's comment)
+    const bool nonfinite_path = !diff && m > 0;
+    // (a Tanh between S_raw and a Mask: its backward at a removed key, 0·(1 − y²), is NaN where
+    // the plain Tanh's y is, which the step does not compute there; dS is left as the row gives
+    // it, NaN on a NaN row's removed keys as y is for a NaN query)
+    bool tanh_under_mask = false;
+    for (std::size_t i = 0, masks = 0; i < op.chain.size(); ++i) {
+        masks += op.chain[i].kind == Kind::mask ? 1 : 0;
+        tanh_under_mask = tanh_under_mask || (masks > 0 && op.chain[i].kind == Kind::tanh);
+    }
     // an O matrix per task: its steps add into its dV (and its maps' dK) in step order
     parallel_chunks(outputs, 1, [&](std::size_t u0, std::size_t u1) {
         const std::size_t rows_max = std::min(n, step_rows), block = rows_max * m;
@@ -157,8 +182,10 @@ void backward_blocks(const AttentionOperands<T>& op, const T* a_kept, const T* d
             da_rows(full_da ? block : 0), y_block(has_tanh ? maps * block : 0), sink_block(sinks ? maps * rows_max : 0),
             w_block(diff ? block : 0);
         // one map's backward from its dA (in `ds` on [lo, hi)) to dQ and dK: b is its query matrix
+        std::vector<std::size_t> row_lo(nonfinite_path ? rows_max : 0), row_hi(row_lo.size());
         auto map_backward = [&](std::size_t b, std::size_t r0, std::size_t rows, std::size_t lo, std::size_t hi,
-                                const T* a, T* ds, const T* y, T* sink_w) {
+                                const T* a, T* ds, const T* y, T* sink_w, bool nonfinite) {
+            if (nonfinite) op.row_keys(b, r0, rows, row_lo.data(), row_hi.data());
             const std::size_t width = hi - lo, at = (b * n + r0) * m;
             // A = softmax(S):  dS = A ⊙ (dA − rowsum(dA ⊙ A)), as the Softmax op's backward
             // (the row sum over [lo, hi) has the whole row's bits); then the chain back to
@@ -197,6 +224,13 @@ void backward_blocks(const AttentionOperands<T>& op, const T* a_kept, const T* d
                 const ChainLink<T>& link = op.chain[i];
                 if (i < g.chain.size() && g.chain[i]) add_span(g.chain[i] + at, ds, rows, m, lo, hi);
                 if (link.kind == Kind::reshape) continue;  // the same elements: dx = dy
+                if (link.kind == Kind::mask && nonfinite && !tanh_under_mask)  // dx = dy where kept, 0 where masked
+                    for (std::size_t r = 0; r < rows; ++r) {
+                        T* dr = ds + r * m;
+                        const std::size_t from = std::clamp(row_lo[r], lo, hi), to = std::clamp(row_hi[r], from, hi);
+                        std::fill(dr + lo, dr + from, T(0));
+                        std::fill(dr + to, dr + hi, T(0));
+                    }
                 // an Add (dx = dy) or an additive Mask (dx = dy where kept): the bias's or the
                 // mask's operands get theirs
                 if (const BiasGrad<T>* bg = bias_at[i]) {
@@ -252,13 +286,18 @@ void backward_blocks(const AttentionOperands<T>& op, const T* a_kept, const T* d
             // dA_diff·to_weighted (the Sub's −1), dA_2 = dA_2_weighted·to_second (the Mul's lambda)
             const T to_weighted = ops::Sub::partial_b(sub, T(0), T(0), T(0));
             const T to_second = ops::Mul::partial_a(mul, T(0), lambda, T(0));
+            // V and K (dQ = dS_raw·K: the plain product multiplies them by the 0 of every removed key)
+            const bool vk_bad = nonfinite_path && (any_nan(v, 1, 0, 0, m * dv, true) ||
+                                                   any_nan(op.k + op.kb[u] * m * dk, 1, 0, 0, m * dk, true));
             for (std::size_t step = 0; step < steps; ++step) {
                 const std::size_t r0 = step * step_rows, rows = std::min(step_rows, n - r0);
                 const T* do_blk = d_o + (u * n + r0) * dv;
                 // the step's keys: A is 0 outside [lo, hi), so dV, dS, dQ and dK get nothing
                 // there; with two maps the union of theirs (every key for a lambda that is not
                 // finite: 0·lambda is NaN there, as the forward has it)
-                auto [lo, hi] = op.keys(u * maps, r0, rows);
+                // (not a structured binding: the lambdas below capture lo and hi, which clang 14 refuses)
+                const auto keys = op.keys(u * maps, r0, rows);
+                std::size_t lo = keys.first, hi = keys.second;
                 if (diff) {
                     const auto [lo2, hi2] = op.keys(u * maps + 1, r0, rows);
                     if (lo >= hi) lo = lo2, hi = hi2;
@@ -266,18 +305,34 @@ void backward_blocks(const AttentionOperands<T>& op, const T* a_kept, const T* d
                     if (!std::isfinite(lambda)) lo = 0, hi = m;
                 }
                 if (lo >= hi) lo = hi = 0;
-                const std::size_t width = hi - lo;
+                std::size_t width = hi - lo;
                 auto a_of = [&](std::size_t i) {
                     return recompute ? a_block.data() + i * block : a_kept + ((u * maps + i) * n + r0) * m;
                 };
                 auto y_of = [&](std::size_t i) { return has_tanh ? y_block.data() + i * block : nullptr; };
                 auto sink_of = [&](std::size_t i) { return sinks ? sink_block.data() + i * rows_max : nullptr; };
-                if (recompute && width > 0)  // the forward's blocks, one by one
+                auto recompute_weights = [&] {  // the forward's blocks, one by one
                     for (std::size_t i = 0; i < maps; ++i)
                         for (std::size_t f0 = 0; f0 < rows; f0 += gemm_row_block)
                             op.weights(u * maps + i, r0 + f0, std::min(gemm_row_block, rows - f0), lo, hi,
                                        a_block.data() + i * block + f0 * m, has_tanh ? y_of(i) + f0 * m : nullptr,
                                        sinks ? sink_of(i) + f0 : nullptr);
+                };
+                if (recompute && (width > 0 || sinks)) recompute_weights();  // (a fully masked row's sink)
+                // A's seed, as a row per row (one row for every row: step 0)
+                const T* seed = !g.a_seed ? nullptr : g.a_seed_one_row ? g.a_seed : g.a_seed + (u * n + r0) * m;
+                const std::size_t seed_step = g.a_seed_one_row ? 0 : m;
+                // not finite: every key, as the plain nodes (a NaN row of A is NaN on all of them)
+                const bool nonfinite =
+                    nonfinite_path && (vk_bad || any_nan(do_blk, rows, dv, 0, dv, true) ||
+                                       any_nan(op.q + (u * n + r0) * dk, rows, dk, 0, dk, true) ||
+                                       (width > 0 && any_nan(a_of(0), rows, m, lo, hi, false)) ||
+                                       (sinks && any_nan(sink_of(0), 1, 0, 0, rows, false)) ||
+                                       (seed && any_nan(seed, seed_step ? rows : 1, seed_step, 0, m, true)));
+                if (nonfinite && width < m) {
+                    lo = 0, hi = m, width = m;
+                    if (recompute) recompute_weights();
+                }
                 // the weights O reads: A, or A_diff = Sub(A_1, Mul(A_2, lambda)) as the forward has it
                 const T* w = a_of(0);
                 if (diff && width > 0) {
@@ -296,9 +351,6 @@ void backward_blocks(const AttentionOperands<T>& op, const T* a_kept, const T* d
                 T* ds = ds_block.data();  // dA (dA_diff), then dS, then dS_raw, in place on [lo, hi)
                 if (width > 0)
                     gemm<T>(false, true, rows, width, dv, T(1), do_blk, dv, v + lo * dv, dv, T(0), ds + lo, m);
-                // A's rows of the seed (one map), or its one row for every row
-                const T* seed = !g.a_seed ? nullptr : g.a_seed_one_row ? g.a_seed : g.a_seed + (u * n + r0) * m;
-                const std::size_t seed_step = g.a_seed_one_row ? 0 : m;
                 if (seed && width > 0)
                     for (std::size_t r = 0; r < rows; ++r) add_into(ds + r * m + lo, seed + r * seed_step + lo, width);
                 // traced: whole rows, the keys outside [lo, hi) by calls of their own (one call over
@@ -346,7 +398,8 @@ void backward_blocks(const AttentionOperands<T>& op, const T* a_kept, const T* d
                     if (g.lambda) lambda_sums[u] += sum;
                 }
                 for (std::size_t i = 0; i < maps; ++i)
-                    map_backward(u * maps + i, r0, rows, lo, hi, a_of(i), ds + i * block, y_of(i), sink_of(i));
+                    map_backward(u * maps + i, r0, rows, lo, hi, a_of(i), ds + i * block, y_of(i), sink_of(i),
+                                 nonfinite);
             }
         }
     });
@@ -408,6 +461,10 @@ AttentionOperands<T> attention_operands(const Array<T>& q, const Array<T>& k, co
     op.vb = offsets(vbs);
     if (scaled) op.chain.push_back({ChainLink<T>::Kind::scale, factor});
     op.keys = [m = op.m](std::size_t, std::size_t, std::size_t) { return std::pair<std::size_t, std::size_t>{0, m}; };
+    op.row_keys = [m = op.m](std::size_t, std::size_t, std::size_t rows, std::size_t* lo, std::size_t* hi) {
+        std::fill(lo, lo + rows, std::size_t{0});
+        std::fill(hi, hi + rows, m);
+    };
     // every key: whole rows, whatever [lo, hi) is asked for
     op.weights = [q = op.q, k = op.k, kb = op.kb, n = op.n, m = op.m, dk = op.dk, factor, scaled](
                      std::size_t b, std::size_t r0, std::size_t rows, std::size_t, std::size_t, T* a, T*, T*) {

@@ -79,6 +79,11 @@ struct AttentionOperands {
     /// outside them (a Mask's spans), and the backward computes nothing there.
     /// attention_operands() sets every key.
     std::function<std::pair<std::size_t, std::size_t>(std::size_t b, std::size_t r0, std::size_t rows)> keys;
+    /// Each row's own keys: row r0 + r of batch b keeps [lo[r], hi[r]) (lo == hi: none), its
+    /// Masks remove the others. Asked for only where a step is not finite (below: then every
+    /// key is computed and dS is 0 at the removed keys, as the Mask op's backward gives it).
+    /// attention_operands() sets every key.
+    std::function<void(std::size_t b, std::size_t r0, std::size_t rows, std::size_t* lo, std::size_t* hi)> row_keys;
     /// A of the forward's block of query rows [r0, r0 + rows) of batch b into `a` (rows, m),
     /// on the keys [lo, hi) at least (those of `keys` for a step holding the block; other
     /// columns may be left as they were): the backward's recomputation. The backward plan
@@ -169,6 +174,15 @@ struct AttentionGrads {
 /// dA_diff for A_1, −dA_diff·lambda for A_2. The steps of a batch add into dK and dV in
 /// step order; a K or V shared by several query heads gets each head's sum in its own
 /// buffer, added in head order: bit-identical for any thread count.
+///
+/// Not finite: a step whose A has a NaN row (a NaN score or sink, inf − inf), whose rows of
+/// Q, of dO or of A's seed hold an inf or a NaN, or whose K or V does, takes every key
+/// [0, m), as the plain nodes: their products of the 0 of the removed keys (weights, dS_raw)
+/// with those values give NaN (in dV, dQ and dK, in dA's row sums and so in dS), and the
+/// row sums then see them; dS is 0 at each row's removed keys after a Mask, as the Mask op's
+/// backward gives it (op.row_keys: the span of a row, so not a boolean mask tensor's holes
+/// inside it). A NaN row of A is NaN on every key there (the Softmax op's). Not with the
+/// Differential Transformer.
 template <class T>
 void attention_backward(const AttentionOperands<T>& op, const T* a, const T* d_o, const AttentionGrads<T>& grads);
 

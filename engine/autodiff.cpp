@@ -4,6 +4,7 @@
 #include <atomic>
 #include <chrono>
 #include <fstream>
+#include <limits>
 #include <utility>
 
 #include "engine/attention_kernel.hpp"
@@ -645,6 +646,20 @@ private:
                 T* row = a + r * op.m;
                 std::fill(row + lo, row + from, T(0));
                 std::fill(row + to, row + hi, T(0));
+                // a NaN row (its span, or its sink, NaN throughout) is NaN on every key, as the
+                // Softmax op's
+                const std::size_t first = blk.row_lo[r];
+                const bool nan_row = blk.row_lo[r] < blk.row_hi[r]
+                                         ? first >= lo && first < hi && row[first] != row[first]
+                                         : sink && sink[r] != sink[r];
+                if (nan_row) std::fill(row + lo, row + hi, std::numeric_limits<T>::quiet_NaN());
+            }
+        };
+        op.row_keys = [&](std::size_t b, std::size_t r0, std::size_t rows, std::size_t* lo, std::size_t* hi) {
+            for (std::size_t f0 = 0; f0 < rows; f0 += gemm_row_block) {  // (r0 starts a forward block)
+                const auto blk = kernel.block(b, (r0 + f0) / gemm_row_block);
+                for (std::size_t r = 0; r < blk.rows && f0 + r < rows; ++r)
+                    lo[f0 + r] = blk.row_lo[r], hi[f0 + r] = blk.row_hi[r];
             }
         };
         const std::size_t s_raw_node = at(m_graph.value(grp.s_raw).producer);

@@ -147,6 +147,45 @@ AttentionKernel<T>::AttentionKernel(const AttentionSpec& spec, In<T> in)
         m_lambda = lambda.data();
         m_lambda_finite = std::all_of(m_lambda, m_lambda + lambda.size(), [](T x) { return std::isfinite(x); });
     }
+    // V's values that are inf or NaN: a pass that vectorises (x·0 is ±0 for a finite x, NaN
+    // otherwise), then, for a matrix that has one, where they are
+    const std::size_t m = spec.m, dv = spec.dv, v_size = m * dv;
+    const std::size_t v_matrices = v_size ? in[2]->size() / v_size : 0;
+    std::vector<char> v_finite(v_matrices, 1);
+    parallel_chunks(v_matrices, 1, [&](std::size_t v0, std::size_t v1) {
+        for (std::size_t v = v0; v < v1; ++v) {
+            const T* x = m_v + v * v_size;
+            bool bad = false;
+            for (std::size_t e = 0; e < v_size; ++e) bad |= x[e] * T(0) != T(0);
+            v_finite[v] = !bad;
+        }
+    });
+    for (std::size_t v = 0; v < v_matrices; ++v) {
+        if (v_finite[v]) continue;
+        if (m_v_bad.empty()) m_v_bad.assign(v_matrices * dv, Span{0, 0});
+        for (std::size_t j = 0; j < m; ++j)
+            for (std::size_t c = 0; c < dv; ++c) {
+                if (std::isfinite(m_v[(v * m + j) * dv + c])) continue;
+                Span& bad = m_v_bad[v * dv + c];
+                if (bad.lo == bad.hi) bad.lo = j;
+                bad.hi = j + 1;
+            }
+    }
+}
+
+// The plain A·V gives O NaN in every column where V has an inf or a NaN at a key the block's
+// rows all weigh 0 (0·inf and 0·NaN are NaN): outside the block's keys [lo, hi), which the
+// step skips. V's matrix v, the block's `rows` rows of O at o.
+template <class T>
+void AttentionKernel<T>::poison_columns(std::size_t v, std::size_t lo, std::size_t hi, std::size_t rows, T* o) const {
+    if (m_v_bad.empty()) return;
+    const std::size_t dv = m_spec.dv;
+    const T nan = std::numeric_limits<T>::quiet_NaN();
+    for (std::size_t c = 0; c < dv; ++c) {
+        const Span bad = m_v_bad[v * dv + c];
+        if (bad.lo == bad.hi || (lo < hi && bad.lo >= lo && bad.hi <= hi)) continue;
+        for (std::size_t r = 0; r < rows; ++r) o[r * dv + c] = nan;
+    }
 }
 
 template <class T>
@@ -514,20 +553,41 @@ typename AttentionKernel<T>::Weights AttentionKernel<T>::weights(const Block& bl
     softmax_spans<T>(s, ld, s, ld, c0, blk.rows, blk.row_lo.data(), blk.row_hi.data(), spec.sink ? m + 1 : m, factor,
                      spec.fold_scale, spec.sink ? sinks : nullptr);
     if (spec.sink && capture && capture->sink) std::copy(sinks, sinks + blk.rows, capture->sink);
-    // zero weight for the keys of [lo, hi) outside a row's span (the A·V product reads them)
+    // zero weight for the keys of [lo, hi) outside a row's span (the A·V product reads them);
+    // a row whose softmax gave NaN (a NaN score or sink logit, or inf − inf: its span and
+    // sink are NaN throughout) is NaN on every key, as the Softmax op gives the whole row (its
+    // masked keys' 0·(1/NaN))
+    const T nan = std::numeric_limits<T>::quiet_NaN();
+    std::bitset<gemm_row_block> nan_rows;
+    for (std::size_t r = 0; r < blk.rows; ++r) {
+        const T first = blk.row_lo[r] < blk.row_hi[r] ? s[r * ld + (blk.row_lo[r] - c0)] : spec.sink ? sinks[r] : T(0);
+        nan_rows[r] = first != first;
+    }
     for (std::size_t r = 0; r < blk.rows && blk.lo < blk.hi; ++r) {
         T* row = s + r * ld;
+        const T fill = nan_rows[r] ? nan : T(0);
         if (blk.row_lo[r] == blk.row_hi[r]) {
-            std::fill(row + (blk.lo - c0), row + (blk.hi - c0), T(0));
+            std::fill(row + (blk.lo - c0), row + (blk.hi - c0), fill);
             continue;
         }
-        std::fill(row + (blk.lo - c0), row + (blk.row_lo[r] - c0), T(0));
-        std::fill(row + (blk.row_hi[r] - c0), row + (blk.hi - c0), T(0));
+        std::fill(row + (blk.lo - c0), row + (blk.row_lo[r] - c0), fill);
+        std::fill(row + (blk.row_hi[r] - c0), row + (blk.hi - c0), fill);
     }
     if (!spec.a_outputs.empty()) write(spec.a_outputs, kept, blk, s, ld, c0, count, T(0));
     if (spec.sink && !spec.sink->weights_outputs.empty())
         write(spec.sink->weights_outputs, kept, blk, s, ld, c0, count, T(0), sinks);
-    return {s + (blk.lo - c0), ld};
+    if (nan_rows.any() && !kept.empty()) {  // the kept weights' NaN rows, on every key (the sink's too)
+        auto nan_fill = [&](const std::vector<int>& slots, std::size_t width) {
+            for (int slot : slots) {
+                T* out = kept[static_cast<std::size_t>(slot)]->data() + (blk.b * spec.n + blk.r0) * width;
+                for (std::size_t r = 0; r < blk.rows; ++r)
+                    if (nan_rows[r]) std::fill(out + r * width, out + (r + 1) * width, nan);
+            }
+        };
+        nan_fill(spec.a_outputs, m);
+        if (spec.sink) nan_fill(spec.sink->weights_outputs, m + 1);
+    }
+    return {s + (blk.lo - c0), ld, nan_rows};
 }
 
 template <class T>
@@ -539,12 +599,15 @@ void AttentionKernel<T>::forward(std::size_t b, std::size_t i, T* scratch, Out<T
     const Block blk = block(b, i);
     const Weights w = weights(blk, scratch, kept);
     const std::size_t dv = m_spec.dv;
-    if (blk.lo == blk.hi) {  // every row fully masked: A = 0, so O = 0
+    if (blk.lo == blk.hi) {  // every row fully masked: A = 0, so O = 0 (NaN for a NaN sink)
         std::fill(o, o + blk.rows * dv, T(0));
-        return;
+        for (std::size_t r = 0; r < blk.rows && w.nan_rows.any(); ++r)
+            if (w.nan_rows[r]) std::fill(o + r * dv, o + (r + 1) * dv, std::numeric_limits<T>::quiet_NaN());
+    } else {
+        gemm<T>(false, false, blk.rows, dv, blk.hi - blk.lo, T(1), w.a, w.lda,
+                m_v + (m_spec.v_offset[blk.b] * m_spec.m + blk.lo) * dv, dv, T(0), o, dv);
     }
-    gemm<T>(false, false, blk.rows, dv, blk.hi - blk.lo, T(1), w.a, w.lda,
-            m_v + (m_spec.v_offset[blk.b] * m_spec.m + blk.lo) * dv, dv, T(0), o, dv);
+    poison_columns(m_spec.v_offset[blk.b], blk.lo, blk.hi, blk.rows, o);
 }
 
 // Block (b, i) of O's matrix b with `diff`: the weights of query matrices 2b (A_1) and
@@ -604,6 +667,7 @@ void AttentionKernel<T>::forward_diff(std::size_t b, std::size_t i, T* scratch, 
     if (!m_lambda_finite) lo = 0, hi = m;
     if (lo >= hi) {  // every row fully masked in both maps: A_diff = 0, so O = 0
         std::fill(o, o + b1.rows * dv, T(0));
+        poison_columns(m_spec.v_offset[b], lo, lo, b1.rows, o);
         return;
     }
     T* d = scratch + 2 * third;
@@ -627,6 +691,7 @@ void AttentionKernel<T>::forward_diff(std::size_t b, std::size_t i, T* scratch, 
         }
     }
     gemm<T>(false, false, b1.rows, dv, hi - lo, T(1), d, ld, m_v + (m_spec.v_offset[b] * m + lo) * dv, dv, T(0), o, dv);
+    poison_columns(m_spec.v_offset[b], lo, hi, b1.rows, o);
 }
 
 template <class T>

@@ -44,6 +44,7 @@
 // NaN lambda every key is computed, as the plain nodes compute it) and O's rows = A_diff·V by
 // one GEMM over those keys.
 #include <algorithm>
+#include <bitset>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -198,10 +199,12 @@ public:
     Block block(std::size_t b, std::size_t i) const;
 
     /// Where weights() left A: A[r][j] = a[r·lda + j - lo] for j in [lo, hi), zero outside the
-    /// row's span; every other key has weight 0.
+    /// row's span; every other key has weight 0. A row whose softmax gave NaN is NaN on every
+    /// key, as the Softmax op gives it (and so are its rows of a kept A).
     struct Weights {
         const T* a;
         std::size_t lda;
+        std::bitset<gemm_row_block> nan_rows;  ///< the rows that are NaN (a NaN score or sink logit)
     };
     /// What a backward needs besides A: a stage's output over the block's rows (a Tanh's,
     /// whose derivative reads it; `out` null: none), row r's keys [lo, hi) at
@@ -250,6 +253,7 @@ private:
     void stage(const ScoreStage& st, const Block& blk, T* s, std::size_t ld, std::size_t c0, std::size_t level) const;
     void sink_column(const Block& blk, T* column, Out<T> kept) const;
     void forward_diff(std::size_t b, std::size_t i, T* scratch, Out<T> kept, T* o) const;
+    void poison_columns(std::size_t v, std::size_t lo, std::size_t hi, std::size_t rows, T* o) const;
 
     const AttentionSpec& m_spec;
     const T* m_q;
@@ -267,6 +271,10 @@ private:
     const T* m_sink_bias = nullptr;  // the sink logits (spec.sink's operand)
     const T* m_lambda = nullptr;     // diff: lambda (spec.diff's operand)
     bool m_lambda_finite = true;     // diff: no lambda is inf or NaN
+    // per matrix of V and column c (at v·dv + c): the rows [first, last + 1) holding its
+    // values that are inf or NaN (first == last + 1 == 0: none); empty when V is finite. The
+    // plain A·V multiplies them by the weights 0 of keys the step skips: NaN.
+    std::vector<Span> m_v_bad;
     std::size_t m_batches = 0, m_blocks = 0;
 };
 

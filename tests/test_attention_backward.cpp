@@ -467,6 +467,13 @@ struct MaskCase {
     // table's last axis (every other index written negative, counted from the table's end); "mul" attention-gym's ALiBi, Mul(slopes (h, 1, 1), j - i (n, m))
     std::string bias{};
     bool additive = false;  // the keep tensor as an additive mask: 0 where kept, -inf where dropped
+    // values written into Q's, K's or V's random data: {name, flat index, value} (NaN, ±inf)
+    struct Poke {
+        std::string input;
+        std::size_t at = 0;
+        double value = 0;
+    };
+    std::vector<Poke> pokes{};
 };
 
 // the added bias's operands, as masked_graph makes them (f64)
@@ -522,9 +529,16 @@ Tensor keep_tensor(const Shape& shape, DType dtype) {
 Graph masked_graph(const MaskCase& mc, DType dtype) {
     const Case& c = mc.c;
     GraphBuilder g("masked_attention", dtype);
-    Value q = g.input("Q", graphs::random_tensor(c.q, dtype, 1, 2.0));
-    Value k = g.input("K", graphs::random_tensor(c.k, dtype, 2, 2.0));
-    Value v = g.input("V", graphs::random_tensor(c.v, dtype, 3));
+    Tensor qt = graphs::random_tensor(c.q, dtype, 1, 2.0), kt = graphs::random_tensor(c.k, dtype, 2, 2.0),
+           vt = graphs::random_tensor(c.v, dtype, 3);
+    for (const MaskCase::Poke& p : mc.pokes) {
+        Tensor& t = p.input == "Q" ? qt : p.input == "K" ? kt : vt;
+        if (dtype == DType::f64)
+            t.as<double>().data()[p.at] = p.value;
+        else
+            t.as<float>().data()[p.at] = static_cast<float>(p.value);
+    }
+    Value q = g.input("Q", qt), k = g.input("K", kt), v = g.input("V", vt);
     const Value s_raw = matmul(q, transpose(k)).named("S_raw");
     Value s = scale(s_raw, factor_of(c)).named("S");
     if (!mc.alibi.empty()) {
@@ -1001,47 +1015,11 @@ BOOST_AUTO_TEST_CASE(composite_gqa_views_asked_for_untraced) {
         }
 }
 
-BOOST_AUTO_TEST_CASE(padded_keys_are_not_computed_by_the_backward) {
-    // K and V are NaN past each sequence's length: the fused forward and backward never read
-    // them (a backward over every key would give NaN through dA = dO·Vᵀ, as the plain nodes
-    // do), and the padded keys' dK and dV are 0
-    MaskCase mc{.c = {{2, 2, 300, 8}, {2, 2, 300, 8}, {2, 2, 300, 8}, true}, .pattern = "padding", .lengths = {170, 260}};
-    Graph clean = masked_graph(mc, DType::f32);
-    GraphBuilder gb("padded", DType::f32);
-    auto poisoned = [&](const char* name, std::uint64_t seed, double scale_) {
-        Tensor t = graphs::random_tensor(mc.c.k, DType::f32, seed, scale_);
-        float* x = t.as<float>().data();
-        for (std::size_t b = 0; b < 4; ++b)
-            for (std::size_t j = static_cast<std::size_t>(mc.lengths[b / 2]); j < 300; ++j)
-                for (std::size_t d = 0; d < 8; ++d) x[(b * 300 + j) * 8 + d] = std::nanf("");
-        return gb.input(name, t);
-    };
-    Value q = gb.input("Q", graphs::random_tensor(mc.c.q, DType::f32, 1, 2.0));
-    Value k = poisoned("K", 2, 2.0), v = poisoned("V", 3, 1.0);
-    Value s = mask_padding(scale(matmul(q, transpose(k)), factor_of(mc.c)), mc.lengths);
-    gb.output(matmul(softmax(s), v).named("Y"));
-    const Graph g = gb.build();
-    const Run r = run_backward(g, Mode::untraced, 2);
-    const Run want = run_backward(clean, Mode::untraced, 2);  // the same graph without NaN
-    for (const std::string& name : grad_names(mc)) BOOST_TEST_CONTEXT(name) {
-            const Tensor& got = r.grads.at(name);
-            const Tensor& ref = want.grads.at(name);
-            for (std::size_t e = 0; e < got.size(); ++e) {
-                const std::size_t b = e / (300 * 8), j = (e / 8) % 300;
-                const bool padded = std::string(name) != "Q" && j >= static_cast<std::size_t>(mc.lengths[b / 2]);
-                if (padded)
-                    BOOST_TEST(got.at_flat(e) == 0.0);
-                else
-                    BOOST_TEST(got.at_flat(e) == ref.at_flat(e));
-            }
-        }
-}
-
 // A model that returns its attention weights (A a graph output, as Hugging Face's
 // output_attentions): the fused backward starts A's gradient from A's seed, as the plain
-// nodes' backward does. K and V hold NaN at the padded keys: the fused backward skips them
-// (finite dQ), the plain one does not. With a causal window over 700 rows, the second step's
-// rows (512..) see keys from 473 on: A's seed before them joins A's traced gradient too.
+// nodes' backward does. K and V hold NaN at the padded keys, which the fused backward now
+// multiplies by their 0 as the plain one does (dQ NaN; rel_error passes NaN by). With a causal window over 700 rows,
+// the second step's rows (512..) see keys from 473 on: A's seed before them joins A's traced gradient too.
 BOOST_AUTO_TEST_CASE(attention_weights_as_an_output) {
     struct Form {
         std::size_t n;
@@ -1121,7 +1099,9 @@ BOOST_AUTO_TEST_CASE(attention_weights_as_an_output) {
             BOOST_TEST(masked(fused.at("V"), ref.dv, true) <= 2e-5);
             // A's seed matters: with the default one (all ones, which adds nothing: A's rows sum
             // to 1) dQ is another
-            BOOST_TEST(rel_error(backward_of(g, Mode::untraced, 2, false).at("Q"), ref.dq) > 1e-2);
+            // (on the graph without the NaN: with it, dQ is NaN, as the plain nodes give it)
+            BOOST_TEST(rel_error(backward_of(graph(DType::f32, false, true), Mode::untraced, 2, false).at("Q"),
+                                 ref.dq) > 1e-2);
             // the same bits at 1 and 4 threads, and traced (A's whole gradient is the seed + dO·Vᵀ)
             for (int threads : {1, 4})
                 for (const char* name : {"Q", "K", "V"})
@@ -1167,6 +1147,206 @@ BOOST_AUTO_TEST_CASE(attention_weights_as_an_output) {
                                 grad_y.at_flat((b * n + i) * d + e) * v64.at_flat((b * m + j) * d + e);
             BOOST_TEST(rel_error(got_ones.at("A"), da_ones) <= 1e-12);
         }
+}
+
+// ---- non-finite inputs: the fused step against the plain nodes (RunOptions::optimize
+// false, the plain backward), forward and backward. The plain Softmax gives a row with a NaN
+// score (or inf − inf) NaN on every key, the keys its Mask removed too, and the plain A·V,
+// Aᵀ·dO and dO·Vᵀ multiply the weights 0 of removed keys by V's and dO's values: an inf or a
+// NaN there gives NaN. The fused step skips those keys (whole key blocks under a causal
+// mask), so it has to find these cases and take every key then.
+
+namespace {
+
+// f64, several key blocks (n > gemm_row_block), so that masks skip whole blocks
+const std::vector<MaskCase> nonfinite_cases = {
+    // a NaN in a query row of head 0 (its A row NaN, so dV of every key); an inf in one of head 1
+    {.c = {{1, 2, 200, 8}, {1, 2, 200, 8}, {1, 2, 200, 8}, true},
+     .pattern = "causal",
+     .pokes = {{"Q", 100 * 8 + 3, NAN}, {"Q", (200 + 70) * 8 + 1, INFINITY}}},
+    // a key of -inf (scores ±inf: rows whose score is +inf give inf − inf)
+    {.c = {{1, 2, 200, 8}, {1, 2, 200, 8}, {1, 2, 200, 8}, true},
+     .pattern = "causal",
+     .pokes = {{"K", 30 * 8 + 2, -INFINITY}, {"K", (200 + 150) * 8, INFINITY}}},
+    // V's NaN and inf at keys that the earlier rows' blocks skip
+    {.c = {{1, 2, 200, 8}, {1, 2, 200, 8}, {1, 2, 200, 8}, true},
+     .pattern = "causal",
+     .pokes = {{"V", 150 * 8 + 2, NAN}, {"V", (200 + 10) * 8 + 5, INFINITY}}},
+    // a window both ways: a NaN query row, a NaN value far from most rows
+    {.c = {{2, 300, 8}, {2, 300, 8}, {2, 300, 8}, true},
+     .pattern = "window",
+     .window = 40,
+     .pokes = {{"Q", 150 * 8, NAN}, {"V", (300 + 250) * 8 + 7, NAN}}},
+    // padding: a NaN value past a sequence's length; in the sequence of no keys (every row
+    // fully masked: A = 0) a NaN query (masked away) and a NaN value (0·NaN in A·V)
+    {.c = {{2, 3, 150, 8}, {2, 3, 150, 8}, {2, 3, 150, 8}, true},
+     .pattern = "padding",
+     .lengths = {90, 0},
+     .pokes = {{"V", 120 * 8 + 1, NAN}, {"Q", (3 * 150 + 5) * 8, NAN}, {"V", (4 * 150 + 7) * 8 + 3, NAN}}},
+    // softcapping (tanh of NaN is NaN, of ±inf ±1: capped, finite)
+    {.c = {{1, 2, 200, 8}, {1, 2, 200, 8}, {1, 2, 200, 8}, true},
+     .pattern = "causal",
+     .softcap = 3.0,
+     .pokes = {{"Q", 100 * 8 + 3, NAN}, {"Q", (200 + 70) * 8 + 1, INFINITY}}},
+    // sinks: a NaN query row (its sink weight NaN too), a NaN value
+    {.c = {{1, 2, 200, 8}, {1, 2, 200, 8}, {1, 2, 200, 8}, true},
+     .pattern = "causal",
+     .sinks = {0.5, -1.0},
+     .pokes = {{"Q", 100 * 8 + 3, NAN}, {"V", (200 + 150) * 8 + 2, NAN}}},
+    // ALiBi: a NaN key (the rows after it NaN)
+    {.c = {{1, 2, 200, 8}, {1, 2, 200, 8}, {1, 2, 200, 8}, true},
+     .pattern = "causal",
+     .alibi = {0.5, 0.25},
+     .pokes = {{"K", 120 * 8 + 4, NAN}}},
+};
+
+// fused against plain: NaN where the plain value is NaN, an inf where it is that inf, the
+// other values within `tolerance` (relative); returns how many values the plain one has NaN
+std::size_t check_as_plain(const Tensor& fused, const Tensor& plain, const std::string& what,
+                           double tolerance = 1e-12) {
+    const Tensor f = fused.cast(DType::f64), p = plain.cast(DType::f64);
+    BOOST_TEST_REQUIRE((f.shape() == p.shape()), what);
+    std::size_t differ = 0, nans = 0;
+    for (std::size_t e = 0; e < f.size(); ++e) {
+        const double x = f.at_flat(e), y = p.at_flat(e);
+        nans += std::isnan(y) ? 1 : 0;
+        const bool ok = std::isnan(y)   ? std::isnan(x)
+                        : std::isinf(y) ? x == y
+                                        : std::abs(x - y) <= tolerance * std::max(1.0, std::abs(y));
+        if (!ok && differ++ < 3) BOOST_TEST(ok, what << "[" << e << "]: fused " << x << ", plain " << y);
+    }
+    BOOST_TEST(differ == 0u, what << ": " << differ << " of " << f.size() << " values differ");
+    return nans;
+}
+
+}  // namespace
+
+BOOST_DATA_TEST_CASE(nonfinite_fused_matches_the_plain_nodes, bdata::xrange(nonfinite_cases.size()), ci) {
+    const MaskCase& mc = nonfinite_cases[ci];
+    const Graph g = masked_graph(mc, DType::f64);
+    const std::vector<std::string> wrt = grad_names(mc);
+    Executor ex(2);
+    RunOptions plain_options;
+    plain_options.optimize = false;
+    plain_options.keep_all = true;
+    const RunResult plain = ex.run(g, plain_options);
+    const Gradients plain_grads = ex.backward(g, plain, {{"Y", grad_of_y(g, DType::f64)}}, wrt, {}, false);
+    // not vacuous: the plain Y has NaN, and finite values
+    const Tensor y = plain.at(g, "Y");
+    std::size_t finite = 0;
+    for (std::size_t e = 0; e < y.size(); ++e) finite += std::isfinite(y.at_flat(e)) ? 1 : 0;
+    BOOST_TEST(finite > 0u);
+    for (Mode mode : {Mode::untraced, Mode::traced})
+        BOOST_TEST_CONTEXT((mode == Mode::traced ? "traced" : "untraced")) {
+            const Run fused = run_backward(g, mode, 2, wrt);
+            BOOST_TEST(check_as_plain(fused.forward.at(g, "Y"), y, "Y") > 0u);
+            if (mode == Mode::traced)
+                for (const char* name : {"S_masked", "A", "A_sinks"})
+                    if (g.find(name) >= 0) check_as_plain(fused.forward.at(g, name), plain.at(g, name), name);
+            for (const std::string& name : wrt) check_as_plain(fused.grads.at(name), plain_grads.at(name), "d" + name);
+        }
+    // and bit-identical for any thread count
+    const Run two = run_backward(g, Mode::untraced, 2, wrt);
+    for (int threads : {1, 4}) {
+        const Run other = run_backward(g, Mode::untraced, threads, wrt);
+        BOOST_TEST(same_bits(two.forward.at(g, "Y"), other.forward.at(g, "Y")), "Y at " << threads << " threads");
+        for (const std::string& name : wrt)
+            BOOST_TEST(same_bits(two.grads.at(name), other.grads.at(name)), name << " at " << threads << " threads");
+    }
+}
+
+// dO (Y's seed) with a NaN and an inf in a row: the plain Aᵀ·dO multiplies them by the weights 0
+// of the keys the causal mask removed from that row (dV NaN there), and dO·Vᵀ makes dA's row
+// non-finite, so its row sum is NaN; the fused backward then takes every key.
+BOOST_AUTO_TEST_CASE(nonfinite_output_gradient_matches_the_plain_nodes) {
+    const MaskCase mc{.c = {{1, 2, 200, 8}, {1, 2, 200, 8}, {1, 2, 200, 8}, true}, .pattern = "causal"};
+    const Graph g = masked_graph(mc, DType::f64);
+    Tensor seed = grad_of_y(g, DType::f64);
+    seed.as<double>().data()[5 * 8 + 2] = NAN;                 // head 0, row 5
+    seed.as<double>().data()[(200 + 20) * 8 + 6] = -INFINITY;  // head 1, row 20
+    const std::vector<std::string> wrt{"Q", "K", "V"};
+    Executor ex(2);
+    RunOptions plain_options;
+    plain_options.optimize = false;
+    plain_options.keep_all = true;
+    const RunResult plain = ex.run(g, plain_options);
+    const Gradients want = ex.backward(g, plain, {{"Y", seed}}, wrt, {}, false);
+    std::vector<Gradients> fused;
+    for (int threads : {1, 2, 4})
+        for (bool traced : {false, true}) {
+            Executor tx(threads);
+            RunOptions o;
+            o.keep_for_backward = !traced;
+            o.keep_all = traced;
+            fused.push_back(tx.backward(g, tx.run(g, o), {{"Y", seed}}, wrt, {}, true));
+        }
+    for (const std::string& name : wrt) {
+        BOOST_TEST(check_as_plain(fused[0].at(name), want.at(name), "d" + name) > 0u);
+        for (std::size_t k = 1; k < fused.size(); ++k)
+            BOOST_TEST(same_bits(fused[k].at(name), fused[k % 2].at(name)), name << " run " << k);
+    }
+    // dV of head 0: column 2 NaN for every key (the removed ones: 0·NaN), the others finite
+    const Array<double> dv = fused[0].at("V").as<double>();
+    for (std::size_t j = 0; j < 200; ++j)
+        for (std::size_t c = 0; c < 8; ++c)
+            BOOST_TEST(std::isnan(dv(0, 0, j, c)) == (c == 2), "dV[0, 0, " << j << ", " << c << "]");
+}
+
+// The plain semantics spelled out by a plain loop for the first case: the NaN query row of
+// head 0 (row 100) has A NaN on every key, the ones the causal mask removed too, and so dV of
+// head 0 is NaN for every key (dV = Aᵀ·dO); the rows of head 0 before it are finite, and so
+// are head 0's other rows' weights.
+BOOST_AUTO_TEST_CASE(nonfinite_nan_query_row_poisons_its_whole_weight_row) {
+    const MaskCase& mc = nonfinite_cases[0];
+    const Graph g = masked_graph(mc, DType::f64);
+    const Run fused = run_backward(g, Mode::traced, 2, {"Q", "K", "V"});
+    const Array<double> a = fused.forward.at(g, "A").as<double>();
+    const std::size_t n = 200;
+    for (std::size_t j = 0; j < n; ++j) BOOST_TEST(std::isnan(a(0, 0, 100, j)), "A[0, 0, 100, " << j << "]");
+    for (std::size_t i : {std::size_t{0}, std::size_t{99}, std::size_t{101}, std::size_t{199}})
+        for (std::size_t j = 0; j < n; ++j) {
+            BOOST_TEST(std::isfinite(a(0, 0, i, j)));
+            if (j > i) BOOST_TEST(a(0, 0, i, j) == 0.0);
+        }
+    const Run untraced = run_backward(g, Mode::untraced, 2, {"Q", "K", "V"});
+    for (const Run* r : {&fused, &untraced}) {
+        const Array<double> dv = r->grads.at("V").as<double>();
+        std::size_t nan_head0 = 0;
+        for (std::size_t e = 0; e < n * 8; ++e) nan_head0 += std::isnan(dv.data()[e]) ? 1 : 0;
+        BOOST_TEST(nan_head0 == n * 8);
+    }
+}
+
+// K and V NaN past each sequence's length (padding holding garbage): the plain A·V, dO·Vᵀ
+// and dS_raw·K multiply them by the 0 of those keys, NaN (as numpy's and PyTorch's matmul);
+// the fused step once skipped them and gave finite values, and now gives the plain nodes' NaN
+// (forward and backward).
+BOOST_AUTO_TEST_CASE(padded_keys_holding_nan_give_the_plain_nodes_nan) {
+    MaskCase mc{
+        .c = {{2, 2, 300, 8}, {2, 2, 300, 8}, {2, 2, 300, 8}, true}, .pattern = "padding", .lengths = {170, 260}};
+    GraphBuilder gb("padded", DType::f32);
+    auto poisoned = [&](const char* name, std::uint64_t seed, double scale_) {
+        Tensor t = graphs::random_tensor(mc.c.k, DType::f32, seed, scale_);
+        float* x = t.as<float>().data();
+        for (std::size_t b = 0; b < 4; ++b)
+            for (std::size_t j = static_cast<std::size_t>(mc.lengths[b / 2]); j < 300; ++j)
+                for (std::size_t d = 0; d < 8; ++d) x[(b * 300 + j) * 8 + d] = std::nanf("");
+        return gb.input(name, t);
+    };
+    Value q = gb.input("Q", graphs::random_tensor(mc.c.q, DType::f32, 1, 2.0));
+    Value k = poisoned("K", 2, 2.0), v = poisoned("V", 3, 1.0);
+    Value s = mask_padding(scale(matmul(q, transpose(k)), factor_of(mc.c)), mc.lengths);
+    gb.output(matmul(softmax(s), v).named("Y"));
+    const Graph g = gb.build();
+    Executor ex(2);
+    RunOptions plain_options;
+    plain_options.optimize = false;
+    plain_options.keep_all = true;
+    const RunResult plain = ex.run(g, plain_options);
+    const Gradients want = ex.backward(g, plain, {{"Y", grad_of_y(g, DType::f32)}}, {"Q", "K", "V"}, {}, false);
+    const Run r = run_backward(g, Mode::untraced, 2);
+    BOOST_TEST(check_as_plain(r.forward.at(g, "Y"), plain.at(g, "Y"), "Y", 1e-5) > 0u);
+    for (const char* name : {"Q", "K", "V"}) check_as_plain(r.grads.at(name), want.at(name), name, 1e-5);
 }
 
 BOOST_AUTO_TEST_SUITE_END()  // test_attention_backward

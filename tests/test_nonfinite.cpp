@@ -395,15 +395,14 @@ BOOST_AUTO_TEST_CASE(fused_softcap_chain_on_non_finite_scores) {
     BOOST_TEST(std::isnan(o(0, 0, 1, 0)));     // not vacuous: the NaN row
     BOOST_TEST(std::isfinite(o(0, 0, 2, 0)));  // and the capped infinite scores
     BOOST_TEST(same_bits(o, unfused.at(g, "O").as<double>()));
-    // the backward recomputes the chain (the Tanh's output): dQ and dK as the unfused graph's.
-    // (Not dV: the fused step gives a NaN row's masked keys weight 0 where the plain Softmax,
-    // numpy and PyTorch give NaN, so dV = Aᵀ·dO of those keys is finite fused and NaN unfused;
-    // known and not fixed, see the fused kernel's spans.)
+    // the backward recomputes the chain (the Tanh's output): dQ, dK and dV as the unfused
+    // graph's. (dV: the NaN row's masked keys have weight NaN, as the plain Softmax, numpy and
+    // PyTorch give them, so dV = Aᵀ·dO is NaN for every key, those too.)
     const Gradients gf = default_executor(1)->backward(g, fused, {}, {"Q", "K", "V"});
     RunOptions plain_kept = plain;
     plain_kept.keep_all = true;
     const Gradients gu = default_executor(1)->backward(g, run(g, plain_kept), {}, {"Q", "K", "V"}, {}, false);
-    for (const char* w : {"Q", "K"}) {
+    for (const char* w : {"Q", "K", "V"}) {
         const Array<double> f = gf.at(w).as<double>(), u = gu.at(w).as<double>();
         BOOST_TEST_REQUIRE(f.size() == u.size());
         for (std::size_t i = 0; i < f.size(); ++i) {
