@@ -169,7 +169,13 @@ def sweep(graph, inputs_iter, reduce, client=None, chunk=8, trace=True, threads=
             next_index = 0
             try:
                 for f in as_completed(futures):
-                    done[order[f.key]] = f.result()
+                    i = order[f.key]
+                    if f.status == "error":  # the first failing input in input order is reported, as in
+                        client.cancel(futures[i + 1:])  # process: the chunks before this one finish first
+                        for j in range(i):
+                            if done[j] is None:
+                                futures[j].result()
+                    done[i] = f.result()
                     f.release()
                     while next_index < len(done) and done[next_index] is not None:  # combine in input order
                         part, n = done[next_index]

@@ -61,10 +61,20 @@ def test_chunk_must_be_a_positive_count():
     assert res.chunks == 3 and res.count == 3
 
 
+SLOW_MARK = 100.0  # an input whose X[0, 0] holds this takes a second in reduce()
+
+
+def reduce_slowly_on_the_mark(trace):
+    if trace["X"][0, 0] == SLOW_MARK:
+        time.sleep(1.0)
+    return reduce(trace)
+
+
 def test_a_bad_input_is_named_and_the_queued_chunks_are_cancelled():
     """An input that fails stops the sweep with the run's error, prefixed with its index (in
-    process and from a cluster's worker); a failing reduce() says so in a note; a cluster
-    keeps no task of the sweep afterwards."""
+    process and from a cluster's worker); where several fail, the first in input order is
+    named, however the chunks complete; a failing reduce() says so in a note; a cluster keeps
+    no task of the sweep afterwards."""
     import pytest
     from distributed import Client, LocalCluster
 
@@ -83,8 +93,12 @@ def test_a_bad_input_is_named_and_the_queued_chunks_are_cancelled():
     np.testing.assert_allclose(good["y_sum"], y, rtol=1e-12)
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster, \
             Client(cluster) as client:
+        # inputs 7, 19, 31, 43 fail; input 6 (in 7's chunk) is slow, so 19's chunk fails first
+        many = [dict(x) for x in data * 4]
+        many[6] = {"X": many[6]["X"].copy()}
+        many[6]["X"][0, 0] = SLOW_MARK
         with pytest.raises(attngraph.ShapeError, match=message) as e:  # e keeps the sweep's frame alive
-            attngraph.sweep(g, data * 4, reduce, client=client, trace=["A", "Y"], chunk=3)
+            attngraph.sweep(g, many, reduce_slowly_on_the_mark, client=client, trace=["X", "A", "Y"], chunk=3)
         for _ in range(600):  # cancelled tasks leave the scheduler shortly after (a loaded machine: seconds)
             left = client.run_on_scheduler(lambda dask_scheduler: len(dask_scheduler.tasks))
             if left == 0:
