@@ -282,7 +282,7 @@ BOOST_AUTO_TEST_CASE(tanh_and_erf_of_nan_inf_and_huge_values) {
 // exp on ±inf and NaN (undefined behaviour in double). Wanted: numpy.power's values.
 BOOST_AUTO_TEST_CASE(pow_at_zero_inf_and_nan) {
     const std::vector<double> x = {0.0, -0.0, inf, -inf, nan, 2};
-    const std::vector<std::pair<double, std::vector<double>>> cases = {
+    const std::vector<std::pair<double, std::vector<double>>> pow_cases = {
         {0, {1, 1, 1, 1, 1, 1}},
         {0.5, {0, 0, inf, inf, nan, 1.4142135623730951}},
         {-1, {inf, -inf, 0, -0.0, nan, 0.5}},
@@ -293,7 +293,7 @@ BOOST_AUTO_TEST_CASE(pow_at_zero_inf_and_nan) {
         {-0.5, {inf, inf, 0, 0, nan, 0.7071067811865476}},
     };
     for (DType dtype : {DType::f64, DType::f32}) BOOST_TEST_CONTEXT(to_string(dtype)) {
-            for (const auto& [p, want] : cases) {
+            for (const auto& [p, want] : pow_cases) {
                 const Doubles y = run_one("Pow", {{"exponent", p}}, {array_of({x.size()}, x)}, dtype);
                 check_values("pow^" + std::to_string(p), array_of({x.size()}, x), y[0], want, 2e-6);
             }
