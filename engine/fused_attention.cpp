@@ -1,6 +1,7 @@
 #include "engine/fused_attention.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -148,28 +149,27 @@ AttentionKernel<T>::AttentionKernel(const AttentionSpec& spec, In<T> in)
         m_lambda_finite = std::all_of(m_lambda, m_lambda + lambda.size(), [](T x) { return std::isfinite(x); });
     }
     // V's values that are inf or NaN: a pass that vectorises (x·0 is ±0 for a finite x, NaN
-    // otherwise), then, for a matrix that has one, where they are
+    // otherwise), then, only if one is found, where they are (a tiny V is checked inline, with
+    // no allocation: the seed graph's run is a microsecond)
     const std::size_t m = spec.m, dv = spec.dv, v_size = m * dv;
     const std::size_t v_matrices = v_size ? in[2]->size() / v_size : 0;
-    std::vector<char> v_finite(v_matrices, 1);
-    parallel_chunks(v_matrices, 1, [&](std::size_t v0, std::size_t v1) {
-        for (std::size_t v = v0; v < v1; ++v) {
-            const T* x = m_v + v * v_size;
-            bool bad = false;
-            for (std::size_t e = 0; e < v_size; ++e) bad |= x[e] * T(0) != T(0);
-            v_finite[v] = !bad;
-        }
+    std::atomic<bool> v_bad{false};
+    parallel_chunks(v_matrices, grain_for(v_size), [&](std::size_t v0, std::size_t v1) {
+        const T* x = m_v + v0 * v_size;
+        bool bad = false;
+        for (std::size_t e = 0; e < (v1 - v0) * v_size; ++e) bad |= x[e] * T(0) != T(0);
+        if (bad) v_bad.store(true, std::memory_order_relaxed);
     });
-    for (std::size_t v = 0; v < v_matrices; ++v) {
-        if (v_finite[v]) continue;
-        if (m_v_bad.empty()) m_v_bad.assign(v_matrices * dv, Span{0, 0});
-        for (std::size_t j = 0; j < m; ++j)
-            for (std::size_t c = 0; c < dv; ++c) {
-                if (std::isfinite(m_v[(v * m + j) * dv + c])) continue;
-                Span& bad = m_v_bad[v * dv + c];
-                if (bad.lo == bad.hi) bad.lo = j;
-                bad.hi = j + 1;
-            }
+    if (v_bad.load(std::memory_order_relaxed)) {
+        m_v_bad.assign(v_matrices * dv, Span{0, 0});
+        for (std::size_t v = 0; v < v_matrices; ++v)
+            for (std::size_t j = 0; j < m; ++j)
+                for (std::size_t c = 0; c < dv; ++c) {
+                    if (std::isfinite(m_v[(v * m + j) * dv + c])) continue;
+                    Span& bad = m_v_bad[v * dv + c];
+                    if (bad.lo == bad.hi) bad.lo = j;
+                    bad.hi = j + 1;
+                }
     }
 }
 
