@@ -285,8 +285,21 @@ class Trace:
     def __iter__(self):
         return iter(self._r.names)
 
+    def __len__(self):
+        return len(self._r.names)
+
     def keys(self):
         return self._r.names
+
+    def values(self):
+        return [self._r.get(name) for name in self._r.names]
+
+    def items(self):
+        return [(name, self._r.get(name)) for name in self._r.names]
+
+    def get(self, name, default=None):
+        """`t[name]`, or `default` where the run did not keep `name`."""
+        return self[name] if name in self else default
 
     @property
     def names(self):
@@ -366,6 +379,22 @@ class Gradients:
 
     def __contains__(self, name):
         return self._our(name) in self._g.names
+
+    def __iter__(self):
+        return iter(self._g.names)
+
+    def __len__(self):
+        return len(self._g.names)
+
+    def keys(self):
+        return list(self._g.names)
+
+    def items(self):
+        return [(name, self._g.get(name)) for name in self._g.names]
+
+    def get(self, name, default=None):
+        """`g[name]`, or `default` where no gradient was asked for `name`."""
+        return self[name] if name in self else default
 
     names = property(lambda self: list(self._g.names))
     forward = property(lambda self: Trace(self._g.forward, self._onnx_names, self._notes))

@@ -37,6 +37,26 @@ def test_trace_globs_keep_only_matching_values(seed_path):
         r["nope"]
 
 
+def test_traces_and_gradients_read_as_mappings(seed_path, seed_values):
+    """len, items, values and get, as a dict's: dict(r) is {name: array} of the kept values."""
+    r = attngraph.load(seed_path).run(trace=["head*.A"])
+    assert len(r) == 3 and list(r) == r.names == ["head1.A", "head2.A", "Y"]
+    d = dict(r.items())
+    assert list(d) == r.names and [a is not None for a in r.values()] == [True] * 3
+    np.testing.assert_allclose(d["head2.A"], np.array(seed_values["head2.A"]), atol=1e-5)
+    np.testing.assert_allclose(r.values()[2], np.array(seed_values["Y"]), atol=1e-5)
+    np.testing.assert_allclose(r.get("Y"), np.array(seed_values["Y"]), atol=1e-5)
+    assert r.get("head1.S") is None and r.get("nope", 7) == 7  # not kept, not a value
+    g = attngraph.load(seed_path).grad(wrt=["head2.Wv", "X"])
+    assert len(g) == 2 and list(g) == g.keys() == g.names == ["X", "head2.Wv"]
+    # L = sum(Y), Wo the identity: dL/dWv2[k][c] = sum_j (A2^T 1)_j X[j][k], A2's rows sum to 1
+    a2 = np.array(seed_values["head2.A"])
+    x = np.array(seed_values["X"])
+    np.testing.assert_allclose(dict(g.items())["head2.Wv"], np.repeat((a2.sum(axis=0) @ x)[:, None], 2, axis=1),
+                               atol=1e-5)
+    assert g.get("head1.Wq") is None and g.get("head1.Wq", 0) == 0
+
+
 def test_an_empty_trace_list_keeps_only_the_outputs(seed_path, seed_values):
     g = attngraph.load(seed_path)
     for trace in ([], (), False):
