@@ -8,8 +8,10 @@
 #include <pybind11/stl.h>
 #include <pybind11/stl/filesystem.h>
 
+#include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -128,6 +130,78 @@ struct HookFailed : std::exception {
     const char* what() const noexcept override { return "patch hook raised"; }
 };
 
+// ---- Ctrl-C ---------------------------------------------------------------------------------
+//
+// Python's SIGINT handler only notes the signal; the interpreter raises KeyboardInterrupt when
+// it runs bytecode again, which a run with the GIL released delays to its end. While a run of
+// the main thread lasts (with Python's default handler in place), a C handler of ours comes
+// before Python's: it calls it, and asks the run to stop after its current step (the progress
+// callback of RunOptions and BackwardOptions throws Interrupted); KeyboardInterrupt follows.
+namespace interrupt {
+
+std::atomic<bool> requested{false};  // lock-free: set from the signal handler
+struct sigaction python_handler;     // what was installed before ours
+int depth = 0;                       // runs of the main thread under way (a hook may run another)
+unsigned long main_thread = 0;       // PyThread_get_thread_ident() of the main thread
+
+struct Interrupted {};  // not a std::exception: nothing on the way catches it as an error
+
+extern "C" void on_sigint(int sig, siginfo_t* info, void* context) {
+    requested.store(true);
+    if (python_handler.sa_flags & SA_SIGINFO)
+        python_handler.sa_sigaction(sig, info, context);
+    else if (python_handler.sa_handler != SIG_DFL && python_handler.sa_handler != SIG_IGN)
+        python_handler.sa_handler(sig);
+}
+
+/// Installs the handler for the scope of a run, where it applies (the GIL held).
+class Scope {
+public:
+    Scope() {
+        if (PyThread_get_thread_ident() != main_thread) return;
+        if (depth > 0) {
+            ++depth, m_active = true;
+            return;
+        }
+        py::module_ signal = py::module_::import("signal");
+        if (!signal.attr("getsignal")(signal.attr("SIGINT")).is(signal.attr("default_int_handler"))) return;
+        struct sigaction ours {};
+        if (sigaction(SIGINT, nullptr, &python_handler) != 0) return;
+        ours.sa_sigaction = on_sigint;
+        ours.sa_flags = SA_SIGINFO | (python_handler.sa_flags & SA_RESTART);
+        sigemptyset(&ours.sa_mask);
+        requested.store(false);
+        if (sigaction(SIGINT, &ours, nullptr) != 0) return;
+        ++depth, m_active = true;
+    }
+    ~Scope() {
+        if (m_active && --depth == 0) sigaction(SIGINT, &python_handler, nullptr);
+    }
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+
+    /// `progress` with the stop request checked first (unchanged where the scope does not apply).
+    std::function<void(std::size_t, std::size_t)> stoppable(
+        std::function<void(std::size_t, std::size_t)> progress) const {
+        if (!m_active) return progress;
+        return [progress = std::move(progress)](std::size_t done, std::size_t total) {
+            if (requested.load(std::memory_order_relaxed)) throw Interrupted{};
+            if (progress) progress(done, total);
+        };
+    }
+
+private:
+    bool m_active = false;
+};
+
+/// After Interrupted (the GIL held): the KeyboardInterrupt Python's handler set up.
+[[noreturn]] void raise() {
+    if (PyErr_CheckSignals() == 0) PyErr_SetNone(PyExc_KeyboardInterrupt);
+    throw py::error_already_set();
+}
+
+}  // namespace interrupt
+
 // ---- runs -----------------------------------------------------------------------------------
 
 struct PyResult {
@@ -202,13 +276,17 @@ void set_patches(const Graph& graph, RunOptions& options, const py::dict& patch,
     }
 }
 
-RunResult run_released(const Graph& graph, const RunOptions& options) {
+RunResult run_released(const Graph& graph, RunOptions& options) {
+    const interrupt::Scope scope;
+    options.progress = scope.stoppable(std::move(options.progress));
     try {
         py::gil_scoped_release release;
         return attngraph::run(graph, options);
     } catch (HookFailed& failed) {
         failed.error->restore();
         throw py::error_already_set();
+    } catch (const interrupt::Interrupted&) {
+        interrupt::raise();
     }
 }
 
@@ -355,10 +433,15 @@ PyGrad grad_graph(const GraphPtr& graph0, const py::dict& inputs, const std::vec
     out.forward.graph = graph;
     out.forward.tokens = tokens ? *tokens : graph->tokens();
     out.forward.traced = true;
-    {
+    const interrupt::Scope scope;
+    options.progress = scope.stoppable(std::move(options.progress));
+    bo.progress = scope.stoppable(std::move(bo.progress));
+    try {
         py::gil_scoped_release release;
         out.forward.result = attngraph::run(*graph, options);
         out.grads = std::make_shared<Gradients>(backward(*graph, out.forward.result, gs, bo));
+    } catch (const interrupt::Interrupted&) {
+        interrupt::raise();
     }
     return out;
 }
@@ -525,6 +608,8 @@ py::tuple load_onnx(const fs::path& path, std::optional<std::string> dtype, cons
 
 PYBIND11_MODULE(_core, m) {
     m.doc() = "attngraph's compiled core; use the attngraph package";
+    interrupt::main_thread =
+        py::cast<unsigned long>(py::module_::import("threading").attr("main_thread")().attr("ident"));
 
     static py::exception<Error> error(m, "Error", PyExc_RuntimeError);
     static py::exception<GraphError> graph_error(m, "GraphError", error.ptr());

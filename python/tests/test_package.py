@@ -397,6 +397,42 @@ def test_the_gil_is_released_while_a_graph_runs():
     assert len(ticks) > 10
 
 
+def test_ctrl_c_stops_a_run_after_its_current_step():
+    """SIGINT during a run of the main thread raises KeyboardInterrupt once the step under way
+    ends; it came only when the whole run had returned. The graph runs as before afterwards."""
+    import signal
+    n, steps = 1024, 24
+    b = attngraph.Builder("chain")
+    x = np.random.default_rng(0).normal(size=(n, n)).astype(np.float32)
+    h = b.input("X", x)
+    w = b.param("W", np.eye(n, dtype=np.float32))  # X·I·I·... = X, each product a full GEMM
+    for i in range(steps):
+        h = (h @ w).named("H%d" % i)
+    b.output(h)
+    g = b.build()
+    start = time.monotonic()
+    np.testing.assert_array_equal(g.run(threads=1)["H%d" % (steps - 1)], x)
+    whole = time.monotonic() - start
+    timer = threading.Timer(0.1, lambda: signal.pthread_kill(threading.main_thread().ident, signal.SIGINT))
+    start = time.monotonic()
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        g.run(threads=1)
+    stopped = time.monotonic() - start
+    timer.join()
+    assert stopped < 0.1 + 0.5 * (whole - 0.1), (stopped, whole)  # a step is 1/24 of the run
+    np.testing.assert_array_equal(g.run(threads=1)["H%d" % (steps - 1)], x)
+    # a gradient run too
+    timer = threading.Timer(0.1, lambda: signal.pthread_kill(threading.main_thread().ident, signal.SIGINT))
+    start = time.monotonic()
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        g.grad(wrt=["W"], threads=1)
+    stopped = time.monotonic() - start
+    timer.join()
+    assert stopped < 0.1 + 0.5 * (whole - 0.1), (stopped, whole)
+
+
 def test_runs_refuse_values_over_the_memory_limit(seed_path, seed_values):
     # the default limit, as the CLI's --max-memory: half of the machine's memory. X of 3e6 rows
     # makes head1.S_raw 3e6 x 3e6 f32 (36 TB): refused before anything is allocated. The
