@@ -49,6 +49,7 @@ void add_patches(const Graph& graph, RunOptions& options, const std::vector<std:
 std::vector<std::string> parse_tokens(const Graph& graph, const std::string& text) {
     if (text.empty()) return graph.tokens();
     std::vector<std::string> tokens = split_globs({text});
+    check_tokens(graph, tokens, "--tokens");
     return tokens;
 }
 

@@ -65,6 +65,20 @@ static std::vector<Shape> zero_softmax_rows(const ops::SoftmaxAttrs& attrs, cons
     return rows;
 }
 
+void check_tokens(const Graph& graph, const std::vector<std::string>& tokens, const std::string& what) {
+    if (tokens.empty()) return;
+    std::string inputs;
+    for (const ValueInfo& v : graph.values()) {
+        if (v.kind == ValueKind::param) continue;  // traces do not label parameters
+        const Shape& s = v.shape;
+        if ((!s.empty() && s.back() == tokens.size()) || (s.size() >= 2 && s.end()[-2] == tokens.size())) return;
+        if (v.kind == ValueKind::input) inputs += (inputs.empty() ? "" : ", ") + v.name + " (" + shape_str(s) + ")";
+    }
+    throw ShapeError(what + ": " + std::to_string(tokens.size()) + " tokens, but no value of graph '" + graph.name() +
+                     "' has a row or column axis of " + std::to_string(tokens.size()) +
+                     (inputs.empty() ? std::string() : "; its inputs: " + inputs));
+}
+
 Trace make_trace(const Graph& graph, const RunResult& result, const std::vector<std::string>& only) {
     Trace trace;
     trace.graph = graph.name();

@@ -48,6 +48,11 @@ struct Trace {
     const TraceEntry* find(const std::string& name) const;
 };
 
+/// @brief Refuses token labels that label nothing: `tokens` (given as `what`, e.g. "--tokens")
+/// must have as many entries as some input's or node output's row or column axis (the axes
+/// traces label), else ShapeError naming the count and the graph's inputs. Empty passes.
+void check_tokens(const Graph& graph, const std::vector<std::string>& tokens, const std::string& what);
+
 /// @brief The trace of a run: every value the run kept that matches `only` (empty: all).
 Trace make_trace(const Graph& graph, const RunResult& result, const std::vector<std::string>& only = {});
 

@@ -296,6 +296,7 @@ PyResult run_graph(const GraphPtr& graph0, const py::dict& inputs, const py::obj
     const std::size_t max_bytes = max_memory.value_or(default_max_memory());
     PyResult r;
     r.graph = with_inputs(graph0, inputs, max_bytes);
+    if (tokens) check_tokens(*r.graph, *tokens, "tokens");
     RunOptions options;
     options.threads = threads;
     options.keep_all = keep_all;
@@ -409,6 +410,7 @@ PyGrad grad_graph(const GraphPtr& graph0, const py::dict& inputs, const std::vec
     const std::size_t max_bytes = max_memory.value_or(default_max_memory());
     PyGrad out;
     GraphPtr graph = with_inputs(graph0, inputs, max_bytes);
+    if (tokens) check_tokens(*graph, *tokens, "tokens");
     check_memory(*graph, max_bytes);  // as `attngraph grad` does
     if (!patch.empty()) {
         // the patched values as the patched run computes them, then frozen as constants

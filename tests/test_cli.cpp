@@ -269,6 +269,21 @@ BOOST_AUTO_TEST_CASE(trace_as_text) {
     BOOST_TEST(!manifest["entries"][0].contains("file"));
 }
 
+BOOST_AUTO_TEST_CASE(tokens_that_label_no_axis_are_refused) {
+    // the seed's sequence is 3 (X 3x4): 5 tokens label nothing, an error before the run
+    TempDir tmp;
+    const fs::path dir = tmp.path / "t";
+    const CliResult r = run_cli("run " + q(seed_graph()) + " --tokens a,b,c,d,e --trace " + q(dir));
+    BOOST_TEST(r.code != 0);
+    BOOST_TEST(r.err.find("--tokens: 5 tokens, but no value of graph 'seed_mha' has a row or column axis of 5; "
+                          "its inputs: X (3x4)") != std::string::npos,
+               r.err);
+    BOOST_TEST(!fs::exists(dir));
+    const CliResult ok = run_cli("run " + q(seed_graph()) + " --tokens a,b,c --format text --trace " + q(dir));
+    BOOST_TEST_REQUIRE(ok.code == 0, ok.err);
+    BOOST_TEST(slurp(dir / "trace.txt").find("tokens: a b c\n") != std::string::npos);
+}
+
 BOOST_AUTO_TEST_CASE(trace_as_json) {
     TempDir tmp;
     const fs::path dir = tmp.path / "t";

@@ -205,6 +205,18 @@ def test_tokens_label_the_trace(seed_path, tmp_path):
     r.save(tmp_path / "t")
     assert json.loads((tmp_path / "t" / "manifest.json").read_text())["tokens"] == ["x", "y", "z"]
     assert "x" in r.text()
+    # tokens that label no axis (5 for a sequence of 3) are refused before the run, not dropped
+    g = attngraph.load(seed_path)
+    what = r"tokens: 5 tokens, but no value of graph 'seed_mha' has a row or column axis of 5; its inputs: X \(3x4\)"
+    with pytest.raises(attngraph.ShapeError, match=what):
+        g.run(trace=True, tokens=list("abcde"))
+    with pytest.raises(attngraph.ShapeError, match=what):
+        g.grad(wrt=["X"], tokens=list("abcde"))
+    # with another sequence length given, the tokens count against it
+    x5 = np.arange(20, dtype=np.float32).reshape(5, 4)
+    assert g.run({"X": x5}, trace=True, tokens=list("abcde")).tokens == list("abcde")
+    with pytest.raises(attngraph.ShapeError, match="tokens: 3 tokens, .* its inputs: X \\(5x4\\)"):
+        g.run({"X": x5}, tokens=["x", "y", "z"])
 
 
 def test_grad_against_numpy():
