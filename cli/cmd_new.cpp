@@ -1,6 +1,7 @@
 // attngraph new VARIANT [--batch B] --seq N [--kv-seq M] --d-model D --heads H [--groups G]
 //                       [--window W] [--causal] [--kv-lengths L,..] [--softcap C] [--prefix-length P | --prefix P]
 //                       [--documents L,..] [--seed S] [--dtype f32|f64] -o FILE.json [--weights-dir DIR] [--force]
+//                       [--max-memory SIZE]
 // attngraph new --list
 // VARIANT is one of graphs::variant_list() or a FlexAttention example of graphs::flex_list() (flex/...).
 #include <charconv>
@@ -31,6 +32,7 @@ struct NewArgs {
     std::string weights_dir;
     std::string weights_from, prefix;
     bool force = false;
+    std::string max_memory;  // --max-memory (empty: default_max_memory())
 };
 
 // The command line that makes this graph again, stored as the file's "description".
@@ -136,6 +138,7 @@ void run_new(NewArgs& a) {
     }
     if (a.softcap_given) a.config.softcap = a.softcap;
     a.config.dtype = parse_dtype(a.dtype);
+    if (!a.max_memory.empty()) a.config.max_bytes = parse_bytes(a.max_memory);
 
     const fs::path out = a.output;
     check_graph_output(out, a.weights_dir, a.force);
@@ -188,6 +191,9 @@ void add_new_command(CLI::App& app) {
     cmd->add_option("-o,--output", args->output, "Graph file to write");
     cmd->add_option("--weights-dir", args->weights_dir, "Write the tensors as .npy files into this directory");
     cmd->add_flag("--force", args->force, "Replace an existing output file / non-empty weights directory");
+    cmd->add_option("--max-memory", args->max_memory,
+                    "Refuse sizes whose random tensors need more than a quarter of this (e.g. 4G; default: half "
+                    "of the machine's memory)");
     cmd->add_option(
         "--weights-from", args->weights_from,
         "Take the projections from a safetensors file (Hugging Face names: PREFIX{q,k,v,o}_proj.weight/.bias)");

@@ -8,7 +8,32 @@
 
 namespace attngraph::graphs {
 
+namespace {
+thread_local TensorBudget* current_budget = nullptr;
+}
+
+TensorBudget::TensorBudget(std::size_t max_bytes, std::string limit)
+    : m_max(max_bytes),
+      m_limit(limit.empty() ? "the memory limit of " + std::to_string(max_bytes) + " bytes" : std::move(limit)),
+      m_outer(current_budget) {
+    current_budget = this;
+}
+TensorBudget::~TensorBudget() {
+    current_budget = m_outer;
+}
+
 Tensor random_tensor(const Shape& shape, DType dtype, std::uint64_t seed, double scale) {
+    if (TensorBudget* b = current_budget) {
+        const std::size_t word = dtype == DType::f32 ? 4 : 8, count = element_count_capped(shape);
+        const std::size_t bytes = count > SIZE_MAX / word ? SIZE_MAX : count * word;
+        if (bytes > b->m_max || b->m_used > b->m_max - bytes)
+            throw ShapeError("a tensor of shape (" + shape_str(shape) + ") " + to_string(dtype) + " needs " +
+                             (bytes == SIZE_MAX ? "more than " + std::to_string(SIZE_MAX) : std::to_string(bytes)) +
+                             " bytes" +
+                             (b->m_used ? " after " + std::to_string(b->m_used) + " bytes of the others" : "") +
+                             ", over " + b->m_limit);
+        b->m_used += bytes;
+    }
     std::mt19937_64 rng(seed);
     Tensor t = zeros(dtype, shape);
     t.visit([&](auto& a) {

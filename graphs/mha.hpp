@@ -42,7 +42,28 @@ MhaConfig seed_mha_config();
 Graph build_mha(const MhaConfig& config, const MhaWeights& weights);
 inline Graph build_mha(const MhaConfig& config) { return build_mha(config, random_mha_weights(config)); }
 
-/// A tensor of seeded uniform(-scale, scale) values, identical on every platform.
+/// A tensor of seeded uniform(-scale, scale) values, identical on every platform. Under a
+/// TensorBudget of this thread, one that would take the budget's tensors past its limit is a
+/// ShapeError before anything is allocated.
 Tensor random_tensor(const Shape& shape, DType dtype, std::uint64_t seed, double scale = 1.0);
+
+/// @brief While alive, random_tensor() on this thread makes at most `max_bytes` of tensors
+/// in all, so that a variant asked for at sizes the machine cannot hold (attngraph new
+/// --d-model 1000000) is refused with the shape that does not fit, not killed by the system
+/// or ended by std::bad_alloc part-way. Budgets nest: the innermost one counts.
+class TensorBudget {
+public:
+    /// `limit` ends the error: "over LIMIT" (default "the memory limit of MAX bytes")
+    explicit TensorBudget(std::size_t max_bytes, std::string limit = {});
+    ~TensorBudget();
+    TensorBudget(const TensorBudget&) = delete;
+    TensorBudget& operator=(const TensorBudget&) = delete;
+
+private:
+    friend Tensor random_tensor(const Shape&, DType, std::uint64_t, double);
+    std::size_t m_max, m_used = 0;
+    std::string m_limit;
+    TensorBudget* m_outer;
+};
 
 }  // namespace attngraph::graphs

@@ -282,7 +282,7 @@ const std::vector<VariantInfo>& variant_list() {
     return list;
 }
 
-Graph build_variant(const VariantConfig& c) {
+static Graph build_within_budget(const VariantConfig& c) {
     const std::string& v = c.variant;
     if (v.rfind("flex/", 0) == 0) return build_flex(c);
     const bool known = std::ranges::any_of(variant_list(), [&](const VariantInfo& info) { return info.name == v; });
@@ -391,6 +391,18 @@ Graph build_variant(const VariantConfig& c) {
     }
     if (plan.index_mask == IndexMask::document) w.document_ends = mods::document_ends(c.documents, c.dtype);
     return build_batched(c, plan, w);
+}
+
+Graph build_variant(const VariantConfig& c) {
+    const std::size_t max_bytes = c.max_bytes ? c.max_bytes : default_max_memory();
+    const TensorBudget budget(max_bytes / 4, std::to_string(max_bytes / 4) + " bytes (a quarter of the memory limit, " +
+                                                 std::to_string(max_bytes) + " bytes: building copies the tensors)");
+    try {
+        return build_within_budget(c);
+    } catch (const ShapeError& e) {
+        throw ShapeError("variant '" + c.variant + "' (seq " + std::to_string(c.seq) + ", " + sizes_text(c) +
+                         "): " + e.what());
+    }
 }
 
 Graph build_batched_mha(const MhaConfig& mha, const MhaWeights& weights) {

@@ -44,6 +44,10 @@ struct VariantConfig {
     DType dtype = DType::f32;
     std::uint64_t seed = 1;
     std::string name;  ///< graph name (default: the variant)
+    /// the memory limit (0: default_max_memory()): the variant's random tensors may take a
+    /// quarter of it, since building joins and casts them (up to four times their bytes at
+    /// once); more is a ShapeError before they are allocated (graphs::TensorBudget)
+    std::size_t max_bytes = 0;
 };
 
 /// @brief A variant's name and a one-line description.

@@ -561,8 +561,9 @@ GraphPtr new_variant(const std::string& variant, std::size_t seq, std::size_t d_
                      const std::vector<int>& lengths, std::size_t past, std::optional<double> softcap,
                      std::size_t prefix_length, const std::vector<int>& documents, const std::string& dtype,
                      std::uint64_t seed, const std::string& name, const std::string& weights_from,
-                     const std::string& prefix) {
+                     const std::string& prefix, std::optional<std::size_t> max_memory) {
     graphs::VariantConfig c;
+    c.max_bytes = max_memory.value_or(default_max_memory());
     c.variant = variant;
     c.seq = seq;
     c.d_model = d_model;

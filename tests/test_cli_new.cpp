@@ -264,6 +264,22 @@ BOOST_AUTO_TEST_CASE(bad_arguments_are_one_line_errors_and_write_nothing) {
         {"new causal --seq 8 --d-model 8 --heads 2 --prefix 2 -o x.json", "takes no prefix length"},
         {"new prefix-lm --seq 8 --d-model 8 --heads 2 --prefix two -o x.json", "prefix length P, a whole number"},
         {"new prefix-lm --seq 8 --d-model 8 --heads 2 --prefix 2 --prefix-length 3 -o x.json", "disagree"},
+        // sizes the machine cannot hold: refused before the tensors are allocated (a quarter
+        // of --max-memory 1G is 268435456 bytes), not std::bad_alloc or the system's OOM killer
+        {"new mha --seq 4 --d-model 1000000 --heads 2 --max-memory 1G -o x.json",
+         "variant 'mha' (seq 4, d_model 1000000, heads 2): a tensor of shape (1000000x500000) f32 needs "
+         "2000000000000 bytes after 16000000 bytes of the others, over 268435456 bytes (a quarter of the memory "
+         "limit, 1073741824 bytes"},
+        {"new mha-batched --seq 1000000000 --d-model 8 --heads 2 --max-memory 1G -o x.json",
+         "a tensor of shape (1000000000x8) f32 needs 32000000000 bytes, over 268435456 bytes"},
+        {"new flex/causal --seq 100000 --d-model 4096 --heads 32 --max-memory 1G -o x.json",
+         "a tensor of shape (1x32x100000x128) f32 needs 1638400000 bytes"},
+        {"new mha --seq 4 --d-model 1000000 --heads 2 -o x.json", "f32 needs 2000000000000 bytes"},
+        // mha at n 4, d_model 8, 2 heads: X 4x8, per head Wq/Wk/Wv 8x4 and their 1x4 biases,
+        // Wo 8x8, bo 1x8 = 320 floats, 1280 bytes; --max-memory 5116 leaves 1279 for them
+        {"new mha --seq 4 --d-model 8 --heads 2 --max-memory 5116 -o x.json",
+         "a tensor of shape (1x8) f32 needs 32 bytes after 1248 bytes of the others, over 1279 bytes"},
+        {"new mha --seq 4 --d-model 8 --heads 2 --max-memory 0 -o x.json", "--max-memory: '0' is not a size"},
     };
     for (const auto& [args, message] : cases) {
         BOOST_TEST_CONTEXT(args) {
@@ -275,6 +291,10 @@ BOOST_AUTO_TEST_CASE(bad_arguments_are_one_line_errors_and_write_nothing) {
         }
     }
     BOOST_TEST(fs::is_empty(dir.path));
+    // 1280 bytes of tensors fit a quarter of 5120 exactly
+    const auto fits = run_cli("new mha --seq 4 --d-model 8 --heads 2 --max-memory 5120 -o x.json", dir.path);
+    BOOST_TEST(fits.code == 0, fits.err);
+    BOOST_TEST(fs::exists(dir.path / "x.json"));
 }
 
 BOOST_AUTO_TEST_SUITE_END()  // test_cli_new

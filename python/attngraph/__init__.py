@@ -452,13 +452,14 @@ def parse(text, base_dir="."):
 
 def new(variant="mha-batched", seq=4, d_model=8, heads=2, groups=0, batch=0, kv_seq=0, window=0, causal=False,
         lengths=(), past=0, softcap=None, prefix_length=0, documents=(), dtype="f32", seed=1, name="",
-        weights_from=None, prefix=""):
+        weights_from=None, prefix="", max_memory=None):
     """A variant with seeded random weights, as `attngraph new VARIANT` (see variants()); the
     arguments are the command's options: `lengths` is --kv-lengths, `past` decode's cached
     tokens, `softcap` the cap c of softcap (default 50), `prefix_length` prefix-lm's P,
     `documents` document's packed lengths. With `weights_from` (a safetensors file), its
     projections are the file's <prefix>q_proj/k_proj/v_proj/o_proj weights and biases (Hugging
-    Face names)."""
+    Face names). Sizes whose random tensors need more than a quarter of `max_memory` bytes
+    (default: default_max_memory()) are a ShapeError before anything is allocated."""
     sizes = {"seq": seq, "d_model": d_model, "heads": heads, "groups": groups, "batch": batch, "kv_seq": kv_seq,
              "window": window, "past": past, "prefix_length": prefix_length, "seed": seed}
     for key, v in sizes.items():
@@ -475,7 +476,8 @@ def new(variant="mha-batched", seq=4, d_model=8, heads=2, groups=0, batch=0, kv_
     return Graph(_core.new_variant(variant, sizes["seq"], sizes["d_model"], sizes["heads"], sizes["groups"],
                                    sizes["batch"], sizes["kv_seq"], sizes["window"], bool(causal), lengths,
                                    sizes["past"], softcap, sizes["prefix_length"], documents, dtype, sizes["seed"],
-                                   name, "" if weights_from is None else _os.fspath(weights_from), prefix))
+                                   name, "" if weights_from is None else _os.fspath(weights_from), prefix,
+                                   _max_memory(max_memory)))
 
 
 def _count(v, what):

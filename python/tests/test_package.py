@@ -200,6 +200,21 @@ def test_report_of_a_trace_with_empty_values():
     assert g.grad({"X": np.zeros((0, 3, 4))}).forward.report().startswith("<!DOCTYPE html>")
 
 
+def test_new_refuses_sizes_the_machine_cannot_hold():
+    """Random tensors over a quarter of max_memory are a ShapeError before they are allocated
+    (std::bad_alloc, a MemoryError, or the system's OOM killer before)."""
+    with pytest.raises(attngraph.ShapeError, match=r"variant 'mha' \(seq 4, d_model 1000000, heads 2\): a tensor "
+                       r"of shape \(1000000x500000\) f32 needs 2000000000000 bytes"):
+        attngraph.new("mha", seq=4, d_model=10**6, heads=2)
+    # X 4x8, per head Wq/Wk/Wv 8x4 with 1x4 biases, Wo 8x8, bo 1x8: 320 floats, 1280 bytes
+    assert attngraph.new("mha", seq=4, d_model=8, heads=2, max_memory=5120).tensor("bo").shape == (1, 8)
+    with pytest.raises(attngraph.ShapeError, match=r"\(1x8\) f32 needs 32 bytes after 1248 bytes of the others, "
+                       r"over 1279 bytes"):
+        attngraph.new("mha", seq=4, d_model=8, heads=2, max_memory=5116)
+    with pytest.raises(ValueError, match="max_memory must be a positive number of bytes"):
+        attngraph.new("mha", max_memory=0)
+
+
 def test_tokens_label_the_trace(seed_path, tmp_path):
     r = attngraph.load(seed_path).run(trace=True, tokens=["x", "y", "z"])
     r.save(tmp_path / "t")
