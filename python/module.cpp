@@ -325,10 +325,16 @@ PyResult run_graph(const GraphPtr& graph0, const py::dict& inputs, const py::obj
 /// values by name, and how the run kept them.
 PyResult result_from(const GraphPtr& graph, const py::dict& values, const std::vector<double>& seconds, bool traced,
                      const std::vector<std::string>& only, const std::vector<std::string>& tokens,
-                     const std::vector<std::string>& patched) {
+                     const std::vector<std::string>& patched, const std::vector<std::string>& shared) {
     PyResult r;
     r.graph = graph;
     r.result.values.resize(graph->values().size());
+    for (const std::string& name : shared) {  // the graph's own tensors, as the run kept them
+        const int id = graph->at(name);
+        if (!graph->value(id).data)
+            throw GraphError("trace value " + name + ": graph '" + graph->name() + "' holds no tensor of that name");
+        r.result.values[static_cast<std::size_t>(id)] = graph->value(id).data;
+    }
     for (auto [k, v] : values) {
         const std::string name = py::cast<std::string>(k);
         const int id = graph->at(name);
@@ -347,13 +353,22 @@ PyResult result_from(const GraphPtr& graph, const py::dict& values, const std::v
     return r;
 }
 
-/// What result_from needs to make `r` again: every value the run kept, by name, and the rest.
+/// What result_from needs to make `r` again: every value the run kept, by name (those that
+/// are the graph's own tensors by name only: the pickled graph holds them), and the rest.
 py::tuple result_state(const PyResult& r) {
     py::dict values;
-    for (std::size_t id = 0; id < r.result.values.size(); ++id)
-        if (r.result.values[id]) values[py::str(r.graph->values()[id].name)] = to_numpy(r.result.values[id]);
+    std::vector<std::string> shared;
+    for (std::size_t id = 0; id < r.result.values.size(); ++id) {
+        const auto& v = r.result.values[id];
+        const ValueInfo& info = r.graph->values()[id];
+        if (!v) continue;
+        if (v == info.data)
+            shared.push_back(info.name);
+        else
+            values[py::str(info.name)] = to_numpy(v);
+    }
     return py::make_tuple(r.graph, values, r.result.seconds, r.traced, r.only, r.tokens,
-                          std::vector<std::string>(r.patched.begin(), r.patched.end()));
+                          std::vector<std::string>(r.patched.begin(), r.patched.end()), shared);
 }
 
 py::array result_get(const PyResult& r, const std::string& name) {

@@ -354,9 +354,10 @@ class Trace:
 
     def __reduce__(self):
         # the graph as its graph-file text (Graph.__reduce__), the kept values as numpy arrays
-        core_graph, values, seconds, traced, only, tokens, patched = self._r.state()
+        # but those that are the graph's own tensors (its weights, inputs), named only
+        core_graph, values, seconds, traced, only, tokens, patched, shared = self._r.state()
         return (_trace_from, (Graph(core_graph, self._onnx_names, self._notes), values, list(seconds), traced,
-                              list(only), list(tokens), list(patched)))
+                              list(only), list(tokens), list(patched), list(shared)))
 
 
 class Gradients:
@@ -754,7 +755,8 @@ def _gradients_from(forward, grads):
     return Gradients(_core.grad_from(forward._r, grads), forward._onnx_names, forward._notes)
 
 
-def _trace_from(graph, values, seconds, traced, only, tokens, patched):
-    """A Trace again from its pickled parts (Trace.__reduce__)."""
-    return Trace(_core.result_from(graph._g, values, seconds, traced, only, tokens, patched), graph.onnx_names,
-                 graph.notes)
+def _trace_from(graph, values, seconds, traced, only, tokens, patched, shared=()):
+    """A Trace again from its pickled parts (Trace.__reduce__); `shared` names the kept values
+    that are the graph's own tensors (none in pickles written before it)."""
+    return Trace(_core.result_from(graph._g, values, seconds, traced, only, tokens, patched, list(shared)),
+                 graph.onnx_names, graph.notes)

@@ -383,6 +383,30 @@ def test_traces_pickle(seed_path, seed_values, tmp_path):
     np.testing.assert_allclose(fwd["Y"], np.array(seed_values["Y"]), atol=1e-5)
 
 
+def test_a_pickled_trace_holds_the_weights_once():
+    """The graph's own tensors (weights, inputs) a trace keeps are pickled with the graph only,
+    by name in the trace: they were stored twice, as graph-file text and as arrays."""
+    import pickle
+    g = attngraph.new("mha-batched", seq=4, d_model=256, heads=4)
+    r = g.run(trace=True)
+    leaves = {n: r[n] for n in r.names if n in ("X", "Wqkv", "bqkv", "Wo", "bo")}
+    assert set(leaves) == {"X", "Wqkv", "bqkv", "Wo", "bo"}
+    leaf_bytes = sum(a.nbytes for a in leaves.values())
+    node_bytes = sum(r[n].nbytes for n in r.names if n not in leaves)
+    assert leaf_bytes > 1_000_000 > 10 * node_bytes  # Wqkv 256x768 and Wo 256x256 in f32
+    size = len(pickle.dumps(r))
+    # the graph's file text, the nodes' arrays and their names: well under the weights again
+    assert size < len(pickle.dumps(g)) + node_bytes + 65536
+    back = pickle.loads(pickle.dumps(r))
+    assert back.names == r.names
+    for n in r.names:
+        np.testing.assert_array_equal(back[n], r[n])
+    # a pickle written before (every kept value as an array) still loads
+    old = attngraph._trace_from(g, {n: r[n] for n in r.names}, [0.0] * 20, True, [], [], [])
+    for n in r.names:
+        np.testing.assert_array_equal(old[n], r[n])
+
+
 def test_gradients_pickle(seed_path, tmp_path):
     """Gradients pickle as their forward Trace and (name, array) pairs; it was a TypeError."""
     import pickle
