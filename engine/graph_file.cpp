@@ -383,7 +383,18 @@ json tensor_to_json(const Tensor& tensor) {
     return cur.empty() ? json::array() : cur[0];
 }
 
+// The graph file's document; `values`: its tensors' values too (inline or as .npy files).
+static json graph_json(const Graph& graph, const fs::path& weights_dir, const fs::path& graph_dir, bool values);
+
 json graph_to_json(const Graph& graph, const fs::path& weights_dir, const fs::path& graph_dir) {
+    return graph_json(graph, weights_dir, graph_dir, true);
+}
+
+json graph_structure_json(const Graph& graph) {
+    return graph_json(graph, {}, {}, false);
+}
+
+static json graph_json(const Graph& graph, const fs::path& weights_dir, const fs::path& graph_dir, bool values) {
     json doc;
     doc["name"] = graph.name();
     doc["dtype"] = to_string(graph.dtype());
@@ -394,7 +405,9 @@ json graph_to_json(const Graph& graph, const fs::path& weights_dir, const fs::pa
         json t;
         t["kind"] = to_string(v.kind);
         t["shape"] = v.shape;
-        if (weights_dir.empty()) {
+        if (!values) {
+            // supplied when read back
+        } else if (weights_dir.empty()) {
             t["data"] = tensor_to_json(*v.data);
         } else {
             const fs::path file = weights_dir / (v.name + ".npy");

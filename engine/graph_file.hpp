@@ -40,6 +40,9 @@ Graph graph_from_document(const nlohmann::json& doc, const std::filesystem::path
 /// there as .npy and referenced relative to graph_dir).
 nlohmann::json graph_to_json(const Graph& graph, const std::filesystem::path& weights_dir = {},
                              const std::filesystem::path& graph_dir = {});
+/// @brief graph_to_json without the tensors' values (each a "kind" and "shape"), for
+/// graph_from_document to take them from `supplied` (the Python module pickles graphs so).
+nlohmann::json graph_structure_json(const Graph& graph);
 
 /// @brief Nested lists of numbers for a tensor (row-major), as in a graph file's "data".
 nlohmann::json tensor_to_json(const Tensor& tensor);

@@ -678,6 +678,14 @@ PYBIND11_MODULE(_core, m) {
         .def("check_table", &check_table)
         .def("rows", &node_rows)
         .def("to_json", [](const Graph& g) { return graph_to_json(g).dump(2); })
+        // pickling: the graph file's text without values, and its tensors as arrays
+        .def("state",
+             [](const GraphPtr& g) {
+                 py::dict tensors;
+                 for (const ValueInfo& v : g->values())
+                     if (v.data) tensors[py::str(v.name)] = to_numpy(v.data);
+                 return py::make_tuple(graph_structure_json(*g).dump(), tensors);
+             })
         .def("save",
              [](const Graph& g, const fs::path& path) {
                  const std::string text = graph_to_json(g).dump(2);
@@ -754,6 +762,16 @@ PYBIND11_MODULE(_core, m) {
           py::arg("patch"), py::arg("tokens"), py::arg("keep_all") = false, py::arg("max_memory") = std::nullopt);
     m.def("grad", &grad_graph, py::arg("graph"), py::arg("inputs"), py::arg("wrt"), py::arg("output_grads"),
           py::arg("patch"), py::arg("threads"), py::arg("tokens"), py::arg("max_memory") = std::nullopt);
+    m.def("graph_from_state", [](const std::string& text, const py::dict& tensors) {
+        const nlohmann::json doc = nlohmann::json::parse(text);
+        const DType dtype = parse_dtype(doc.at("dtype").get<std::string>());
+        std::map<std::string, Tensor> supplied;
+        for (auto [k, v] : tensors) {
+            const std::string name = py::cast<std::string>(k);
+            supplied[name] = from_numpy(v, dtype, "tensor " + name);
+        }
+        return std::make_shared<Graph>(graph_from_document(doc, ".", "pickled graph", {}, supplied));
+    });
     m.def("result_from", &result_from);
     m.def("grad_from", &grad_from);
     m.def("default_max_memory", &default_max_memory);

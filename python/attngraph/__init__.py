@@ -743,11 +743,19 @@ def _from_text(text, onnx_names=(), notes=()):
     return Graph(_core.parse(text, "."), onnx_names, notes)
 
 
+def _from_state(text, tensors, onnx_names=(), notes=()):
+    """A graph from its graph-file text without values and its tensors as arrays (_graph_reduce)."""
+    return Graph(_core.graph_from_state(text, tensors), onnx_names, notes)
+
+
 def _graph_reduce(self):
-    return (_from_text, (self.to_json(), self.onnx_names, self.notes))
+    text, tensors = self._g.state()
+    return (_from_state, (text, tensors, self.onnx_names, self.notes))
 
 
-Graph.__reduce__ = _graph_reduce  # graphs pickle as their graph-file text (Dask ships them so)
+# graphs pickle as their graph-file text without values and their tensors as arrays (Dask
+# ships them so); pickles of their whole text (_from_text) still load
+Graph.__reduce__ = _graph_reduce
 
 
 def _gradients_from(forward, grads):

@@ -344,6 +344,22 @@ def test_graph_pickles_as_its_file(seed_path):
     g = attngraph.load(seed_path)
     h = pickle.loads(pickle.dumps(g))
     np.testing.assert_array_equal(g.run()["Y"], h.run()["Y"])
+    assert h.to_json() == g.to_json()
+    # the file's text without values and the tensors as arrays: their bytes and a little more
+    # (as decimal text they took eight times their bytes)
+    big = attngraph.new("mha-batched", seq=4, d_model=256, heads=4, dtype="f64")
+    tensor_bytes = sum(big.tensor(n).nbytes for n in ("X", "Wqkv", "bqkv", "Wo", "bo"))
+    assert tensor_bytes == 8 * (4 * 256 + 256 * 768 + 768 + 256 * 256 + 256)
+    data = pickle.dumps(big)
+    assert tensor_bytes < len(data) < tensor_bytes + 16384
+    back = pickle.loads(data)
+    assert back.dtype == "f64"
+    for n in ("X", "Wqkv", "bqkv", "Wo", "bo"):
+        np.testing.assert_array_equal(back.tensor(n), big.tensor(n))
+    np.testing.assert_array_equal(back.run()["Y"], big.run()["Y"])
+    # pickles of the whole text, as graphs were pickled before, still load
+    old = attngraph._from_text(g.to_json())
+    np.testing.assert_array_equal(old.run()["Y"], g.run()["Y"])
 
 
 def test_graph_save_is_atomic_and_typed(seed_path, seed_values, tmp_path):
@@ -395,7 +411,7 @@ def test_a_pickled_trace_holds_the_weights_once():
     node_bytes = sum(r[n].nbytes for n in r.names if n not in leaves)
     assert leaf_bytes > 1_000_000 > 10 * node_bytes  # Wqkv 256x768 and Wo 256x256 in f32
     size = len(pickle.dumps(r))
-    # the graph's file text, the nodes' arrays and their names: well under the weights again
+    # the graph (text and tensors), the nodes' arrays and their names: well under the weights again
     assert size < len(pickle.dumps(g)) + node_bytes + 65536
     back = pickle.loads(pickle.dumps(r))
     assert back.names == r.names
