@@ -161,6 +161,14 @@ Value softplus(const Value& x) {
     return x.builder().node<ops::Softplus>({x}, ops::SoftplusAttrs{});
 }
 
+// ops/max.hpp, ops/min.hpp
+Value maximum(const Value& a, const Value& b) {
+    return a.builder().node<ops::Max>({a, b}, ops::MaxAttrs{});
+}
+Value minimum(const Value& a, const Value& b) {
+    return a.builder().node<ops::Min>({a, b}, ops::MinAttrs{});
+}
+
 // ops/erf.hpp
 Value erf(const Value& x) {
     return x.builder().node<ops::Erf>({x}, ops::ErfAttrs{});

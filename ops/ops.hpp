@@ -79,6 +79,8 @@
 #include "ops/log.hpp"
 #include "ops/mask.hpp"
 #include "ops/matmul.hpp"
+#include "ops/max.hpp"
+#include "ops/min.hpp"
 #include "ops/mul.hpp"
 #include "ops/neg.hpp"
 #include "ops/permute.hpp"
@@ -111,8 +113,8 @@ inline constexpr auto builtin_ops =
     boost::hana::tuple_t<Linear, Transpose, MatMul, Scale, Softmax, Concat, Add, Mask, Slice, Split, Reshape, Permute,
                          Alibi, Neg, Exp, Log, Tanh, Erf, Sqrt, Pow, Sin, Cos, Mul, Sub, Div, Where, Equal, Less,
                          Greater, ReduceSum, ReduceMean, ReduceMax, Expand, Gather, Range, RMSNormalization,
-                         LayerNormalization, RotaryEmbedding, Attention, Relu, Sigmoid, Abs, Clip, LeakyRelu,
-                         Softplus>;
+                         LayerNormalization, RotaryEmbedding, Attention, Relu, Sigmoid, Abs, Clip, LeakyRelu, Softplus,
+                         Max, Min>;
 
 }  // namespace attngraph::ops
 
@@ -183,6 +185,9 @@ Value abs(const Value& x);
 Value clip(const Value& x, std::optional<double> min, std::optional<double> max);
 Value leaky_relu(const Value& x, double alpha = 0.01);
 Value softplus(const Value& x);
+/// max(a, b), min(a, b) (NaN if either is NaN).
+Value maximum(const Value& a, const Value& b);
+Value minimum(const Value& a, const Value& b);
 /// a·b, a - b, a / b.
 Value mul(const Value& a, const Value& b);
 Value sub(const Value& a, const Value& b);

@@ -85,6 +85,8 @@ const std::vector<Case> cases = {
     {"Sub", nullptr, {{25, 1}, {25}}, {true, true}, {true, true}},
     {"Mul", nullptr, {{25, 1}, {25}}, {true, true}, {true, true}},
     {"Div", nullptr, {{25, 1}, {25}}, {true, true}, {true, true}},
+    {"Max", nullptr, {{25, 1}, {25}}, {true, true}, {true, true}},
+    {"Min", nullptr, {{25, 1}, {25}}, {true, true}, {true, true}},
     {"Equal", nullptr, {{25, 1}, {25}}, {true, true}, {false, false}},
     {"Greater", nullptr, {{25, 1}, {25}}, {true, true}, {false, false}},
     {"Less", nullptr, {{25, 1}, {25}}, {true, true}, {false, false}},
