@@ -239,8 +239,17 @@ private:
             attr(node("Split", {in[0], ints(name + ".sizes", sizes)}, outs), "axis", axis);
         } else if (n.is<ops::Sub>() || n.is<ops::Mul>() || n.is<ops::Div>() || n.is<ops::Neg>() || n.is<ops::Exp>() ||
                    n.is<ops::Log>() || n.is<ops::Tanh>() || n.is<ops::Erf>() || n.is<ops::Sqrt>() || n.is<ops::Sin>() ||
-                   n.is<ops::Cos>() || n.is<ops::Relu>() || n.is<ops::Sigmoid>()) {
+                   n.is<ops::Cos>() || n.is<ops::Relu>() || n.is<ops::Sigmoid>() || n.is<ops::Abs>() ||
+                   n.is<ops::Softplus>() || n.is<ops::Max>() || n.is<ops::Min>()) {
             node(n.op->name, in, {name});  // the ONNX op of the same name
+        } else if (const auto* leaky = n.attrs_if<ops::LeakyRelu>()) {
+            attr_float(node("LeakyRelu", in, {name}), "alpha", leaky->alpha);
+        } else if (const auto* clip = n.attrs_if<ops::Clip>()) {
+            // opset 11's form: the bounds are optional scalar inputs ("" for an absent min)
+            std::vector<std::string> args = {in[0]};
+            if (clip->min || clip->max) args.push_back(clip->min ? scalar(name + ".min", *clip->min) : "");
+            if (clip->max) args.push_back(scalar(name + ".max", *clip->max));
+            node("Clip", args, {name});
         } else if (const auto* pow = n.attrs_if<ops::Pow>()) {
             node("Pow", {in[0], scalar(name + ".exponent", pow->exponent)}, {name});
         } else if (n.is<ops::Where>()) {

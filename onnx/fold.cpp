@@ -708,12 +708,24 @@ std::vector<OnnxTensor> fold(const onnx::NodeProto& node, const std::vector<cons
     if (op == "Pow")
         return {binary(
             arg(0), arg(1), t0, [](double a, double b) { return std::pow(a, b); }, where)};
-    if (op == "Min")
-        return {binary(
-            arg(0), arg(1), t0, [](double a, double b) { return std::min(a, b); }, where)};
-    if (op == "Max")
-        return {binary(
-            arg(0), arg(1), t0, [](double a, double b) { return std::max(a, b); }, where)};
+    if (op == "Min" || op == "Max") {
+        // variadic (one input or more), broadcasting; NaN on either side gives NaN (numpy's
+        // minimum and maximum, ONNX's reference), as attngraph's Min and Max ops
+        const bool is_max = op == "Max";
+        OnnxTensor acc = arg(0);
+        for (std::size_t k = 1; k < in.size(); ++k) {
+            check_size(broadcast_shapes(acc.shape, arg(k).shape, where));
+            acc = binary(
+                acc, arg(k), t0,
+                [is_max](double a, double b) {
+                    if (std::isnan(a)) return a;
+                    if (std::isnan(b)) return b;
+                    return is_max ? (a < b ? b : a) : (b < a ? b : a);
+                },
+                where);
+        }
+        return {acc};
+    }
     if (op == "Equal") return {binary(arg(0), arg(1), bool_type, std::equal_to<>(), where)};
     if (op == "Less") return {binary(arg(0), arg(1), bool_type, std::less<>(), where)};
     if (op == "Greater") return {binary(arg(0), arg(1), bool_type, std::greater<>(), where)};

@@ -899,11 +899,82 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
         return;
     }
     if (op == "Neg" || op == "Exp" || op == "Log" || op == "Tanh" || op == "Erf" || op == "Sqrt" || op == "Sin" ||
-        op == "Cos" || op == "Relu" || op == "Sigmoid") {
+        op == "Cos" || op == "Relu" || op == "Sigmoid" || op == "Abs" || op == "Softplus") {
         check_attrs({});
         const std::string name = out_name(0);
         emit(op, name, {materialize(node.input(0))});
         define(out0, name, arg(0).shape, et);
+        return;
+    }
+    if (op == "LeakyRelu") {
+        check_attrs({"alpha"});
+        const std::string name = out_name(0);
+        // (ONNX's alpha is a float: its default is 0.01f, as a runtime computing in double reads it)
+        emit(op, name, {materialize(node.input(0))}, {{"alpha", double(attr_float(node, "alpha", 0.01f))}});
+        define(out0, name, arg(0).shape, et);
+        return;
+    }
+    if (op == "Clip") {
+        // the bounds: attributes before opset 11, optional inputs from it (must fold to
+        // constant scalars); absent, -inf (min) or inf (max) is no bound
+        json attrs = json::object();
+        auto bound = [&](const char* which, std::size_t i, double none) {
+            double v = none;
+            if (m_opset < 11) {
+                if (onnx_fold::find_attr(node, which)) v = attr_float(node, which, 0);
+            } else if (has(i)) {
+                const Value& b = arg(i);
+                const std::string what = std::string(which) + " '" + node.input(static_cast<int>(i)) + "'";
+                if (!b.is_const)
+                    throw ShapeError(where + ": " + what +
+                                     " is computed from the graph's inputs, not a constant: its value cannot be "
+                                     "resolved statically");
+                if (b.c.values.size() != 1)
+                    throw ShapeError(where + ": " + what + " of shape (" + shape_str(b.shape) +
+                                     ") is not a scalar (Clip's bounds are one number)");
+                v = b.c.values[0];
+            }
+            if (std::isnan(v) || (std::isinf(v) && v != none))
+                throw GraphError(where + ": " + which + " " +
+                                 (std::isnan(v) ? "NaN"
+                                  : v > 0       ? "inf"
+                                                : "-inf") +
+                                 " is not supported (a bound is a finite number, or -inf for min and inf for max)");
+            if (v != none) attrs[which] = v;
+        };
+        if (m_opset < 11) {
+            check_attrs({"min", "max"});
+        } else {
+            check_attrs({});
+            if (in.size() > 3)
+                throw GraphError(where + ": Clip takes at most 3 inputs, not " + std::to_string(in.size()));
+        }
+        bound("min", 1, -std::numeric_limits<double>::infinity());
+        bound("max", 2, std::numeric_limits<double>::infinity());
+        const std::string name = out_name(0);
+        emit(op, name, {materialize(node.input(0))}, attrs);
+        define(out0, name, arg(0).shape, et);
+        return;
+    }
+    if (op == "Max" || op == "Min") {
+        // variadic with broadcasting: a chain of attngraph's binary op, NAME.1, NAME.2, ... the
+        // running result after each further input, NAME the last
+        check_attrs({});
+        const Value& first = arg(0);
+        Shape s = first.shape;
+        for (std::size_t k = 1; k < in.size(); ++k) s = broadcast(s, arg(k).shape, where);
+        if (in.size() == 1) {
+            alias(out0, first);
+            return;
+        }
+        const std::string name = out_name(0);
+        std::string acc = materialize(node.input(0));
+        for (std::size_t k = 1; k < in.size(); ++k) {
+            const std::string step = k + 1 == in.size() ? name : unique(name + "." + std::to_string(k));
+            emit(op, step, {acc, materialize(node.input(static_cast<int>(k)))});
+            acc = step;
+        }
+        define(out0, name, s, et);
         return;
     }
     if (op == "Pow") {

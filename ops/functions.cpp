@@ -141,6 +141,34 @@ Value sigmoid(const Value& x) {
     return x.builder().node<ops::Sigmoid>({x}, ops::SigmoidAttrs{});
 }
 
+// ops/abs.hpp
+Value abs(const Value& x) {
+    return x.builder().node<ops::Abs>({x}, ops::AbsAttrs{});
+}
+
+// ops/clip.hpp
+Value clip(const Value& x, std::optional<double> min, std::optional<double> max) {
+    return x.builder().node<ops::Clip>({x}, ops::ClipAttrs{min, max});
+}
+
+// ops/leaky_relu.hpp
+Value leaky_relu(const Value& x, double alpha) {
+    return x.builder().node<ops::LeakyRelu>({x}, ops::LeakyReluAttrs{alpha});
+}
+
+// ops/softplus.hpp
+Value softplus(const Value& x) {
+    return x.builder().node<ops::Softplus>({x}, ops::SoftplusAttrs{});
+}
+
+// ops/max.hpp, ops/min.hpp
+Value maximum(const Value& a, const Value& b) {
+    return a.builder().node<ops::Max>({a, b}, ops::MaxAttrs{});
+}
+Value minimum(const Value& a, const Value& b) {
+    return a.builder().node<ops::Min>({a, b}, ops::MinAttrs{});
+}
+
 // ops/erf.hpp
 Value erf(const Value& x) {
     return x.builder().node<ops::Erf>({x}, ops::ErfAttrs{});

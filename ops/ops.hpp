@@ -52,14 +52,17 @@
 // knows only the built-in ops: a graph file using a user op loads only in that program.
 #include <cmath>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <boost/hana.hpp>
 
+#include "ops/abs.hpp"
 #include "ops/add.hpp"
 #include "ops/alibi.hpp"
 #include "ops/attention_op.hpp"
+#include "ops/clip.hpp"
 #include "ops/concat.hpp"
 #include "ops/cos.hpp"
 #include "ops/div.hpp"
@@ -70,11 +73,14 @@
 #include "ops/gather.hpp"
 #include "ops/greater.hpp"
 #include "ops/layer_normalization.hpp"
+#include "ops/leaky_relu.hpp"
 #include "ops/less.hpp"
 #include "ops/linear.hpp"
 #include "ops/log.hpp"
 #include "ops/mask.hpp"
 #include "ops/matmul.hpp"
+#include "ops/max.hpp"
+#include "ops/min.hpp"
 #include "ops/mul.hpp"
 #include "ops/neg.hpp"
 #include "ops/permute.hpp"
@@ -92,6 +98,7 @@
 #include "ops/sin.hpp"
 #include "ops/slice.hpp"
 #include "ops/softmax.hpp"
+#include "ops/softplus.hpp"
 #include "ops/split.hpp"
 #include "ops/sqrt.hpp"
 #include "ops/sub.hpp"
@@ -106,7 +113,8 @@ inline constexpr auto builtin_ops =
     boost::hana::tuple_t<Linear, Transpose, MatMul, Scale, Softmax, Concat, Add, Mask, Slice, Split, Reshape, Permute,
                          Alibi, Neg, Exp, Log, Tanh, Erf, Sqrt, Pow, Sin, Cos, Mul, Sub, Div, Where, Equal, Less,
                          Greater, ReduceSum, ReduceMean, ReduceMax, Expand, Gather, Range, RMSNormalization,
-                         LayerNormalization, RotaryEmbedding, Attention, Relu, Sigmoid>;
+                         LayerNormalization, RotaryEmbedding, Attention, Relu, Sigmoid, Abs, Clip, LeakyRelu, Softplus,
+                         Max, Min>;
 
 }  // namespace attngraph::ops
 
@@ -158,7 +166,7 @@ Value permute(const Value& x, std::vector<int> perm);
 
 // ---- elementwise (numpy broadcasting for the binary ones) ---------------------------------
 // The C library's functions of the same names stay usable unqualified in this namespace:
-using std::cos, std::div, std::erf, std::exp, std::log, std::pow, std::sin, std::sqrt, std::tanh;
+using std::abs, std::cos, std::div, std::erf, std::exp, std::log, std::pow, std::sin, std::sqrt, std::tanh;
 /// -x, e^x, ln x, tanh x, erf x, √x, x^exponent, sin x, cos x.
 Value neg(const Value& x);
 Value exp(const Value& x);
@@ -172,6 +180,14 @@ Value cos(const Value& x);
 /// max(x, 0), 1 / (1 + e^-x).
 Value relu(const Value& x);
 Value sigmoid(const Value& x);
+/// |x|; x clamped to [min, max] (an absent bound: none); x > 0 ? x : alpha·x; ln(1 + e^x).
+Value abs(const Value& x);
+Value clip(const Value& x, std::optional<double> min, std::optional<double> max);
+Value leaky_relu(const Value& x, double alpha = 0.01);
+Value softplus(const Value& x);
+/// max(a, b), min(a, b) (NaN if either is NaN).
+Value maximum(const Value& a, const Value& b);
+Value minimum(const Value& a, const Value& b);
 /// a·b, a - b, a / b.
 Value mul(const Value& a, const Value& b);
 Value sub(const Value& a, const Value& b);

@@ -65,6 +65,11 @@ const std::vector<Case> cases = {
     {"Neg", nullptr, {{25}}, {true}, {true}},
     {"Relu", nullptr, {{25}}, {true}, {true}},
     {"Sigmoid", nullptr, {{25}}, {true}, {true}},
+    {"Abs", nullptr, {{25}}, {true}, {true}},
+    {"Clip", {{"min", -1}, {"max", 6}}, {{25}}, {true}, {true}},
+    {"Clip", {{"min", 1e38}}, {{25}}, {true}, {true}},
+    {"LeakyRelu", nullptr, {{25}}, {true}, {true}},
+    {"Softplus", nullptr, {{25}}, {true}, {true}},
     {"Pow", {{"exponent", 0.5}}, {{25}}, {true}, {true}},
     {"Pow", {{"exponent", 3}}, {{25}}, {true}, {true}},
     {"Pow", {{"exponent", -1}}, {{25}}, {true}, {true}},
@@ -80,6 +85,8 @@ const std::vector<Case> cases = {
     {"Sub", nullptr, {{25, 1}, {25}}, {true, true}, {true, true}},
     {"Mul", nullptr, {{25, 1}, {25}}, {true, true}, {true, true}},
     {"Div", nullptr, {{25, 1}, {25}}, {true, true}, {true, true}},
+    {"Max", nullptr, {{25, 1}, {25}}, {true, true}, {true, true}},
+    {"Min", nullptr, {{25, 1}, {25}}, {true, true}, {true, true}},
     {"Equal", nullptr, {{25, 1}, {25}}, {true, true}, {false, false}},
     {"Greater", nullptr, {{25, 1}, {25}}, {true, true}, {false, false}},
     {"Less", nullptr, {{25, 1}, {25}}, {true, true}, {false, false}},
@@ -197,6 +204,18 @@ const std::vector<Unary> unary = {
     {"Neg", nullptr, [](double x, double) { return -x; }},
     {"Relu", nullptr, [](double x, double) { return x < 0 ? 0.0 : x; }},  // numpy: maximum(x, 0) keeps NaN
     {"Sigmoid", nullptr, [](double x, double) { return 1 / (1 + std::exp(-x)); }},
+    {"Abs", nullptr, [](double x, double) { return std::fabs(x); }},
+    // numpy.clip(x, -1, 6): NaN stays NaN
+    {"Clip",
+     {{"min", -1}, {"max", 6}},
+     [](double x, double) { return std::isnan(x) ? x : std::fmin(std::fmax(x, -1.0), 6.0); }},
+    {"LeakyRelu", {{"alpha", 0.25}}, [](double x, double) { return x > 0 ? x : 0.25 * x; }},
+    // log1p(exp(x)) in long double: ln(1 + e^x) without overflow or cancellation for these x
+    {"Softplus", nullptr,
+     [](double x, double) {
+         return static_cast<double>(x > 0 ? x + std::log1p(std::exp(-static_cast<long double>(x)))
+                                          : std::log1p(std::exp(static_cast<long double>(x))));
+     }},
     {"Pow", {{"exponent", 0.5}}, [](double x, double p) { return std::pow(x, p); }, 0.5},
     {"Pow", {{"exponent", 3}}, [](double x, double p) { return std::pow(x, p); }, 3},
     {"Pow", {{"exponent", -1}}, [](double x, double p) { return std::pow(x, p); }, -1},

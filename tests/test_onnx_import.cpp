@@ -6,6 +6,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include <cmath>
+#include <limits>
 
 #include <onnx/onnx_pb.h>
 
@@ -652,6 +653,209 @@ BOOST_AUTO_TEST_CASE(opset_imports_and_external_data_lengths_are_checked) {
     expect_one_error(tmp, "check length.onnx",
                      "length.onnx: initializer 'B' of shape (3) float needs 12 bytes, its external data length is 48 "
                      "(file 'w.bin')");
+}
+
+// ---- Abs, Clip, LeakyRelu, Softplus, Max, Min ----------------------------------------------
+
+void attr_float(onnx::NodeProto* n, const std::string& name, float value) {
+    auto* a = n->add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::FLOAT);
+    a->set_f(value);
+}
+
+// X (2x4), Y (4) through every mapping of these ops: Clip's bounds as inputs (opset 13; one
+// absent, none), LeakyRelu's default and given alpha, a Max of three inputs (one a constant),
+// a Max of one input inside a Min.
+onnx::GraphProto activations() {
+    onnx::GraphProto g;
+    add_input(g, "X", {2, 4});
+    add_input(g, "Y", {4});
+    add_init(g, "lo", {}, {-1.0f});
+    add_init(g, "hi", {}, {1.5f});
+    add_init(g, "quarter", {}, {0.25f});
+    add_init(g, "half", {}, {0.5f});
+    add_node(g, "Abs", {"X"}, {"A"});
+    add_node(g, "Clip", {"X", "lo", "hi"}, {"C"});
+    add_node(g, "Clip", {"X", "", "quarter"}, {"Cmax"});
+    add_node(g, "Clip", {"X"}, {"C0"});
+    add_node(g, "LeakyRelu", {"X"}, {"L"});
+    attr_float(add_node(g, "LeakyRelu", {"X"}, {"L2"}), "alpha", 0.5f);
+    add_node(g, "Softplus", {"X"}, {"S"});
+    add_node(g, "Max", {"X", "Y", "half"}, {"M"});
+    add_node(g, "Max", {"Y"}, {"Y1"});
+    add_node(g, "Min", {"X", "Y1"}, {"N"});
+    for (const char* out : {"A", "C", "Cmax", "C0", "L", "L2", "S", "M", "N"}) add_output(g, out);
+    return g;
+}
+
+// Values worked out by hand with numpy's semantics (NaN propagates through abs, clip,
+// maximum, minimum); Softplus to 50 digits (mpmath), in float
+BOOST_AUTO_TEST_CASE(abs_clip_leaky_relu_softplus_max_min_import_with_numpys_values) {
+    TempDir tmp;
+    write(model_of(activations()), tmp.path / "act.onnx");
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    save_npy(tmp.path / "x.npy", Tensor(Array<float>({{-3.0f, -0.5f, 0.0f, 0.5f}, {1.0f, 2.0f, 7.0f, nan}})));
+    save_npy(tmp.path / "y.npy", Tensor(Array<float>({0.25f, -1.0f, 0.0f, 9.0f})));
+    const CliResult r = run_cli("run act.onnx --input X=x.npy --input Y=y.npy --trace t", tmp.path);
+    BOOST_TEST_REQUIRE(r.code == 0, r.err);
+    const double n = std::numeric_limits<double>::quiet_NaN();
+    const std::map<std::string, std::vector<double>> want = {
+        {"A", {3, 0.5, 0, 0.5, 1, 2, 7, n}},
+        {"C", {-1, -0.5, 0, 0.5, 1, 1.5, 1.5, n}},
+        {"Cmax", {-3, -0.5, 0, 0.25, 0.25, 0.25, 0.25, n}},
+        {"C0", {-3, -0.5, 0, 0.5, 1, 2, 7, n}},
+        {"L", {-3 * 0.01f, -0.5 * 0.01f, 0, 0.5, 1, 2, 7, n}},
+        {"L2", {-1.5, -0.25, 0, 0.5, 1, 2, 7, n}},
+        {"S",
+         {0.04858735157374206, 0.4740769841801067, 0.6931471805599453, 0.9740769841801067, 1.3132616875182228,
+          2.1269280110429727, 7.000911466453775, n}},
+        {"M", {0.5, 0.5, 0.5, 9, 1, 2, 7, n}},
+        {"N", {-3, -1, 0, 0.5, 0.25, -1, 0, n}},
+    };
+    for (const auto& [name, values] : want) {
+        const Tensor y = load_npy(tmp.path / "t" / (name + ".npy"));
+        BOOST_TEST_REQUIRE(y.size() == 8u, name);
+        for (std::size_t i = 0; i < 8; ++i) {
+            if (std::isnan(values[i]))
+                BOOST_TEST(std::isnan(y.at_flat(i)), name << "[" << i << "] = " << y.at_flat(i));
+            else
+                BOOST_TEST(std::fabs(y.at_flat(i) - values[i]) <= 1e-7 * std::max(1.0, std::fabs(values[i])),
+                           name << "[" << i << "] = " << y.at_flat(i) << ", want " << values[i]);
+        }
+    }
+    // a Max of three inputs is two Max nodes: M.1 = max(X, Y), M = max(M.1, half)
+    BOOST_TEST(fs::exists(tmp.path / "t" / "M.1.npy"));
+    const auto manifest = nlohmann::json::parse(slurp(tmp.path / "t" / "manifest.json"));
+    std::map<std::string, std::string> op_of;
+    for (const auto& e : manifest["entries"]) op_of[e["name"]] = e.value("op", std::string());
+    BOOST_TEST(op_of["M"] == "Max");
+    BOOST_TEST(op_of["M.1"] == "Max");
+    BOOST_TEST(op_of["C"] == "Clip");
+    BOOST_TEST(op_of["L"] == "LeakyRelu");
+    BOOST_TEST(op_of["S"] == "Softplus");
+    BOOST_TEST(op_of.count("Y1") == 0u);  // a Max of one input is that input
+}
+
+// The same model run by ONNX Runtime (npm onnxruntime-node, tests/node/): every output within
+// 1e-6 of attngraph's (finite inputs: the comparison counts NaN as a difference)
+BOOST_AUTO_TEST_CASE(abs_clip_leaky_relu_softplus_max_min_match_onnx_runtime) {
+    BOOST_TEST_REQUIRE(fs::is_directory(source_dir() / "tests" / "node" / "node_modules" / "onnxruntime-node"),
+                       "onnxruntime-node is missing: run scripts/install-deps.sh");
+    TempDir tmp;
+    write(model_of(activations()), tmp.path / "act.onnx");
+    save_npy(tmp.path / "x.npy", Tensor(Array<float>({{-3.0f, -0.5f, 0.1f, 0.5f}, {1.25f, 2.0f, 30.0f, -20.0f}})));
+    save_npy(tmp.path / "y.npy", Tensor(Array<float>({0.25f, -1.0f, 0.1f, 9.0f})));
+    const CliResult r = run_cli("run act.onnx --input X=x.npy --input Y=y.npy --trace t", tmp.path);
+    BOOST_TEST_REQUIRE(r.code == 0, r.err);
+    const std::string out = (tmp.path / "ort.out").string();
+    const std::string cmd = "node '" + (source_dir() / "tests" / "node" / "ort_check.js").string() + "' '" +
+                            (tmp.path / "act.onnx").string() + "' '" + (tmp.path / "t").string() + "' 1e-6 >'" + out +
+                            "' 2>&1";
+    const int status = std::system(cmd.c_str());
+    const std::string report = slurp(out);
+    BOOST_TEST(status == 0, report);
+    BOOST_TEST(std::count(report.begin(), report.end(), '\n') == 9, report);  // one line per output
+}
+
+// Max and Min of constants fold at import: every input (three here), NaN propagating as in
+// numpy (the folding read only the first two inputs and took std::max's / std::min's side)
+BOOST_AUTO_TEST_CASE(max_and_min_of_constants_fold_over_every_input_with_nan) {
+    TempDir tmp;
+    onnx::GraphProto g;
+    add_input(g, "X", {2});
+    add_init(g, "a", {2}, {-1.0f, 4.0f});
+    add_init(g, "b", {}, {0.25f});
+    add_init(g, "c", {2}, {1.5f, 2.0f});
+    add_init(g, "n", {}, {std::numeric_limits<float>::quiet_NaN()});
+    add_node(g, "Max", {"a", "b", "c"}, {"K"});
+    add_node(g, "Min", {"c", "n"}, {"Kn"});
+    add_node(g, "Add", {"X", "K"}, {"Y"});
+    add_node(g, "Add", {"X", "Kn"}, {"Z"});
+    add_output(g, "Y");
+    add_output(g, "Z");
+    write(model_of(g), tmp.path / "fold.onnx");
+    const CliResult r = run_cli("run fold.onnx --trace t", tmp.path);  // X holds zeros
+    BOOST_TEST_REQUIRE(r.code == 0, r.err);
+    const Tensor y = load_npy(tmp.path / "t" / "Y.npy"), z = load_npy(tmp.path / "t" / "Z.npy");
+    BOOST_TEST(y.at_flat(0) == 1.5);  // max(-1, 0.25, 1.5)
+    BOOST_TEST(y.at_flat(1) == 4.0);  // max(4, 0.25, 2)
+    BOOST_TEST(std::isnan(z.at_flat(0)));
+    BOOST_TEST(std::isnan(z.at_flat(1)));
+}
+
+// Before opset 11 Clip's bounds are attributes (ReLU6 as torch exported it at opset 9)
+BOOST_AUTO_TEST_CASE(clip_before_opset_11_reads_its_bounds_from_attributes) {
+    TempDir tmp;
+    onnx::GraphProto g;
+    add_input(g, "X", {5});
+    auto* relu6 = add_node(g, "Clip", {"X"}, {"R6"});
+    attr_float(relu6, "min", 0);
+    attr_float(relu6, "max", 6);
+    attr_float(add_node(g, "Clip", {"X"}, {"Below"}), "max", 1);
+    add_output(g, "R6");
+    add_output(g, "Below");
+    onnx::ModelProto m = model_of(g);
+    m.mutable_opset_import(0)->set_version(9);
+    write(m, tmp.path / "relu6.onnx");
+    save_npy(tmp.path / "x.npy", Tensor(Array<float>({-2.0f, 0.5f, 3.0f, 6.5f, 100.0f})));
+    const CliResult r = run_cli("run relu6.onnx --input X=x.npy --trace t", tmp.path);
+    BOOST_TEST_REQUIRE(r.code == 0, r.err);
+    const Tensor r6 = load_npy(tmp.path / "t" / "R6.npy"), below = load_npy(tmp.path / "t" / "Below.npy");
+    const std::vector<double> want_r6 = {0, 0.5, 3, 6, 6}, want_below = {-2, 0.5, 1, 1, 1};
+    for (std::size_t i = 0; i < 5; ++i) {
+        BOOST_TEST(r6.at_flat(i) == want_r6[i], i);
+        BOOST_TEST(below.at_flat(i) == want_below[i], i);
+    }
+}
+
+BOOST_AUTO_TEST_CASE(bad_clip_leaky_relu_max_nodes_give_one_error_line) {
+    TempDir tmp;
+    save_npy(tmp.path / "x.npy", Tensor(Array<float>({{1.0f, 2.0f, 3.0f}, {4.0f, 5.0f, 6.0f}})));
+    const auto model = [&](const std::string& file, auto&& build, std::int64_t opset = 17) {
+        onnx::GraphProto g;
+        add_input(g, "X", {2, 3});
+        add_input(g, "Z", {2});
+        add_init(g, "pair", {2}, {0.0f, 1.0f});
+        add_init(g, "nan", {}, {std::numeric_limits<float>::quiet_NaN()});
+        build(g);
+        add_output(g, "Y");
+        onnx::ModelProto m = model_of(g);
+        m.mutable_opset_import(0)->set_version(opset);
+        write(m, tmp.path / file);
+    };
+    // a bound computed from the graph's inputs: named, as other constant inputs are
+    model("computed.onnx", [](onnx::GraphProto& g) { add_node(g, "Clip", {"X", "X"}, {"Y"}, "/act/Clip"); });
+    expect_one_error(tmp, "check computed.onnx",
+                     "computed.onnx: node '/act/Clip' (Clip): min 'X' is computed from the graph's inputs, not a "
+                     "constant: its value cannot be resolved statically; shapes (2x3), (2x3)");
+    model("pair.onnx", [](onnx::GraphProto& g) { add_node(g, "Clip", {"X", "", "pair"}, {"Y"}, "/act/Clip"); });
+    expect_one_error(tmp, "check pair.onnx",
+                     "pair.onnx: node '/act/Clip' (Clip): max 'pair' of shape (2) is not a scalar (Clip's bounds are "
+                     "one number); shapes (2x3), (absent), (2)");
+    model("nan.onnx", [](onnx::GraphProto& g) { add_node(g, "Clip", {"X", "nan"}, {"Y"}, "/act/Clip"); });
+    expect_one_error(tmp, "check nan.onnx",
+                     "nan.onnx: node '/act/Clip' (Clip): min NaN is not supported (a bound is a finite number, or "
+                     "-inf for min and inf for max); shapes (2x3), ()");
+    // attributes the op's opset does not define (Clip's min from opset 11 on; opset 1's
+    // consumed_inputs) are refused, never ignored
+    model("attr.onnx",
+          [](onnx::GraphProto& g) { attr_float(add_node(g, "Clip", {"X"}, {"Y"}, "/act/Clip"), "min", 0); });
+    expect_one_error(tmp, "check attr.onnx",
+                     "attr.onnx: node '/act/Clip' (Clip): attribute 'min' is not supported; shapes (2x3) (supported "
+                     "ops: docs/onnx.md)");
+    model(
+        "leaky.onnx",
+        [](onnx::GraphProto& g) {
+            attr_int(add_node(g, "LeakyRelu", {"X"}, {"Y"}, "/act/LeakyRelu"), "consumed_inputs", 1);
+        },
+        1);
+    expect_one_error(tmp, "check leaky.onnx",
+                     "leaky.onnx: node '/act/LeakyRelu' (LeakyRelu): attribute 'consumed_inputs' is not supported; "
+                     "shapes (2x3)");
+    // operands that do not broadcast
+    model("max.onnx", [](onnx::GraphProto& g) { add_node(g, "Max", {"X", "X", "Z"}, {"Y"}, "/act/Max"); });
+    expect_one_error(tmp, "check max.onnx", "max.onnx: node '/act/Max' (Max): shapes (2x3) and (2) do not broadcast");
 }
 
 BOOST_AUTO_TEST_SUITE_END()

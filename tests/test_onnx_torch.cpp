@@ -4,7 +4,8 @@
 // holds the attention weights (checked against PyTorch's for the causal module); the
 // nn.TransformerEncoder (ReLU, opset 14), the LLaMA block (repeat_interleave, SiLU) and
 // nn.MultiheadAttention with both bool masks as inputs (their Or) too, the first two
-// differentiated against torch.autograd. Without python3-torch the test fails.
+// differentiated against torch.autograd, and a module of clamp, relu6, hardtanh, abs,
+// leaky_relu, softplus, maximum and minimum (differentiated too). Without python3-torch the test fails.
 #include <boost/test/unit_test.hpp>
 
 #include <nlohmann/json.hpp>
@@ -151,6 +152,16 @@ BOOST_AUTO_TEST_CASE(multihead_attention_with_bool_padding_and_attention_masks_a
         for (std::size_t i = 0; i < 6; ++i)
             for (std::size_t j = 0; j < 6; ++j)
                 if (j > i || j >= 4) BOOST_TEST(a.at_flat(((4 + h) * 6 + i) * 6 + j) == 0.0);
+}
+
+BOOST_AUTO_TEST_CASE(clamp_abs_leaky_relu_softplus_maximum_minimum_run_and_differentiate_like_pytorch) {
+    // torch.clamp (both bounds; min only: Clip with an absent max), relu6, hardtanh,
+    // leaky_relu, abs, softplus, maximum, minimum, exported at opset 17
+    Exported ex;
+    run_and_grad_like_torch(ex, "activations", {"x"}, "x");
+    for (const char* op : {"Abs", "LeakyRelu", "Softplus", "Max", "Min"})
+        BOOST_TEST(entries_of(ex.tmp.path / "t", op).size() == 1u, op);
+    BOOST_TEST(entries_of(ex.tmp.path / "t", "Clip").size() >= 3u);
 }
 
 BOOST_AUTO_TEST_SUITE_END()  // test_onnx_torch

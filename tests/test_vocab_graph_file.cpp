@@ -68,6 +68,12 @@ json vocabulary_graph() {
     n.push_back(node("ps", "Pow", {"e"}, {{"exponent", 1.5}}));
     n.push_back(node("sx", "Sin", {"x"}));
     n.push_back(node("cx", "Cos", {"x"}));
+    n.push_back(node("xa", "Abs", {"xn"}));
+    n.push_back(node("xc", "Clip", {"xn"}, {{"min", -0.5}, {"max", 0.75}}));
+    n.push_back(node("xl", "LeakyRelu", {"xn"}, {{"alpha", 0.2}}));
+    n.push_back(node("xp", "Softplus", {"xn"}));
+    n.push_back(node("xm", "Max", {"xn", "sx"}));
+    n.push_back(node("xi", "Min", {"xn", "s"}));
     n.push_back(node("mean", "ReduceMean", {"x"}));
     n.push_back(node("peak", "ReduceMax", {"x"}, {{"axes", {1}}, {"keepdims", 0}}));
     n.push_back(node("cols", "Gather", {"x", "idx"}, {{"axis", 2}}));
@@ -86,7 +92,7 @@ BOOST_AUTO_TEST_CASE(every_op_in_a_graph_file) {
     TempDir d;
     std::ofstream(d.path / "vocab.json") << vocabulary_graph().dump(1);
     const Graph g = load_graph(d.path / "vocab.json");
-    BOOST_TEST(g.nodes().size() == 31u);
+    BOOST_TEST(g.nodes().size() == 37u);
     // written back: the same attributes, read again: the same graph
     const json back = graph_to_json(g);
     BOOST_TEST(graph_to_json(parse_graph(back.dump(), d.path, "back")) == back);
@@ -124,10 +130,12 @@ BOOST_AUTO_TEST_CASE(every_op_through_the_command_line) {
     }
     // the text trace and explain show each op's formula
     const std::string trace = slurp(d.path / "t1" / "trace.txt");
-    for (const std::string f : {"rope(heads (1x2x3x4), cos (4x2), sin (4x2), positions=pos (1x3))",
-                                "where(after (3x3), grid (2x3x3), same (3x3))", "(q_col (3x1) < kv_idx (3))",
-                                "relu(xn (2x3x4))", "sigmoid(xn (2x3x4))", "gather(x (2x3x4), idx (2), axis=2)",
-                                "range(0, 3)", "e (4)^1.5", "max(x (2x3x4), axes=[1], keepdims=0)"})
+    for (const std::string f :
+         {"rope(heads (1x2x3x4), cos (4x2), sin (4x2), positions=pos (1x3))",
+          "where(after (3x3), grid (2x3x3), same (3x3))", "(q_col (3x1) < kv_idx (3))", "relu(xn (2x3x4))",
+          "sigmoid(xn (2x3x4))", "abs(xn (2x3x4))", "clip(xn (2x3x4), -0.5, 0.75)", "leaky_relu(xn (2x3x4), 0.2)",
+          "softplus(xn (2x3x4))", "maximum(xn (2x3x4), sx (2x3x4))", "minimum(xn (2x3x4), s (4))",
+          "gather(x (2x3x4), idx (2), axis=2)", "range(0, 3)", "e (4)^1.5", "max(x (2x3x4), axes=[1], keepdims=0)"})
         BOOST_TEST(trace.find(f) != std::string::npos, f << " not in the text trace:\n" << trace);
     const std::string md = slurp(d.path / "vocab.md");
     BOOST_TEST(md.find("`rope = rope(heads (1x2x3x4), cos (4x2), sin (4x2), positions=pos (1x3))`") != std::string::npos);

@@ -17,6 +17,10 @@ usage: python3 torch_export.py OUT_DIR
                                                     nn.MultiheadAttention with a bool key_padding_mask
                                                     and a bool attn_mask, both graph inputs (0/1 in
                                                     the .npy files)
+  OUT_DIR/activations.onnx, activations_x.npy, activations_y.npy, activations_dx.npy
+                                                    torch.clamp (both bounds, min only), relu6,
+                                                    hardtanh, abs, leaky_relu, softplus, maximum,
+                                                    minimum around two Linears; dx: d sum(Y) / dx
 """
 import sys
 
@@ -194,3 +198,19 @@ export_with("llama", Llama(), {"x": torch.randn(2, 7, 32)}, grad_of="x")
 export_with("mha_masks", MhaMasks(), {"x": torch.randn(2, 6, 16),
                                       "kpm": torch.tensor([[False] * 6, [False] * 4 + [True] * 2]),
                                       "am": torch.ones(6, 6, dtype=torch.bool).triu(1)})
+
+
+class Activations(torch.nn.Module):
+    def __init__(self, d=8):
+        super().__init__()
+        self.lin, self.gate = torch.nn.Linear(d, d), torch.nn.Linear(d, d)
+
+    def forward(self, x):
+        F = torch.nn.functional
+        h, g = self.lin(x), self.gate(x)
+        a = torch.clamp(h, -0.5, 0.75) + F.relu6(3 * h) + F.hardtanh(h) + h.clamp(min=0.1)
+        b = F.leaky_relu(h, 0.2) * torch.abs(g) + F.softplus(2 * h)
+        return a + b + torch.maximum(h, g) - torch.minimum(h, x)
+
+
+export_with("activations", Activations(), {"x": torch.randn(3, 8)}, grad_of="x")
