@@ -59,35 +59,47 @@ struct ReferenceResult {
     std::vector<double> a, o;  // (B, H, n, m), (B, H, n, d)
 };
 
+// A tensor's values as f64, to read in place: at_flat costs a call and a visit per element,
+// which at the tests' -O0 and under ThreadSanitizer made the checks below a large part of
+// this test's time there.
+std::vector<double> values_of(const Tensor& t) {
+    const Tensor t64 = t.cast(DType::f64);
+    const double* p = t64.as<double>().data();
+    return std::vector<double>(p, p + t64.size());
+}
+
 ReferenceResult reference(const Reference& r, const Tensor& q, const Tensor& k, const Tensor& v) {
     ReferenceResult out;
     out.a.assign(r.B * r.H * r.n * r.m, 0.0);
     out.o.assign(r.B * r.H * r.n * r.d, 0.0);
+    const std::vector<double> qv = values_of(q), kv = values_of(k), vv = values_of(v);
+    const double *qd = qv.data(), *kd = kv.data(), *vd = vv.data();
+    std::vector<double> row(r.m);
+    double* s = row.data();
     const std::size_t per_group = r.H / r.G;
     for (std::size_t b = 0; b < r.B; ++b)
         for (std::size_t h = 0; h < r.H; ++h) {
             const std::size_t g = h / per_group;
+            const double *K = kd + (b * r.G + g) * r.m * r.d, *V = vd + (b * r.G + g) * r.m * r.d;
             for (std::size_t i = 0; i < r.n; ++i) {
-                std::vector<double> s(r.m);
+                const double* Q = qd + ((b * r.H + h) * r.n + i) * r.d;
                 double mx = -inf;
                 for (std::size_t j = 0; j < r.m; ++j) {
                     double raw = 0;
-                    for (std::size_t e = 0; e < r.d; ++e)
-                        raw += q.at_flat(((b * r.H + h) * r.n + i) * r.d + e) *
-                               k.at_flat(((b * r.G + g) * r.m + j) * r.d + e);
+                    for (std::size_t e = 0; e < r.d; ++e) raw += Q[e] * K[j * r.d + e];
                     s[j] = r.score(b, h, i, j, raw);
                     mx = std::max(mx, s[j]);
                 }
                 const double sink = r.sinks.empty() ? -inf : r.sinks[h];
                 mx = std::max(mx, sink);
-                double* a = &out.a[((b * r.H + h) * r.n + i) * r.m];
+                double* a = out.a.data() + ((b * r.H + h) * r.n + i) * r.m;
                 if (mx == -inf) continue;  // a fully masked row: zeros
                 double sum = sink == -inf ? 0 : std::exp(sink - mx);
                 for (std::size_t j = 0; j < r.m; ++j) sum += s[j] == -inf ? 0 : std::exp(s[j] - mx);
                 for (std::size_t j = 0; j < r.m; ++j) a[j] = s[j] == -inf ? 0 : std::exp(s[j] - mx) / sum;
                 for (std::size_t e = 0; e < r.d; ++e) {
                     double acc = 0;
-                    for (std::size_t j = 0; j < r.m; ++j) acc += a[j] * v.at_flat(((b * r.G + g) * r.m + j) * r.d + e);
+                    for (std::size_t j = 0; j < r.m; ++j) acc += a[j] * V[j * r.d + e];
                     out.o[((b * r.H + h) * r.n + i) * r.d + e] = acc;
                 }
             }
@@ -97,8 +109,9 @@ ReferenceResult reference(const Reference& r, const Tensor& q, const Tensor& k, 
 
 double max_diff(const Tensor& t, const std::vector<double>& ref) {
     if (t.size() != ref.size()) return inf;
+    const std::vector<double> got = values_of(t);
     double m = 0;
-    for (std::size_t i = 0; i < ref.size(); ++i) m = std::max(m, std::abs(t.at_flat(i) - ref[i]));
+    for (std::size_t i = 0; i < ref.size(); ++i) m = std::max(m, std::abs(got[i] - ref[i]));
     return m;
 }
 
@@ -156,10 +169,11 @@ void check_traced_as_plain(const Graph& g, const RunResult& rp, const RunResult&
         BOOST_TEST_CONTEXT(v.name) {
             const Tensor &tp = rp.at(g, v.name), &tt = rt.at(g, v.name);
             BOOST_REQUIRE(tp.shape() == tt.shape());
+            const std::vector<double> xs = values_of(tp), ys = values_of(tt);
             std::size_t mismatched = 0;
             double diff = 0;
-            for (std::size_t i = 0; i < tp.size(); ++i) {
-                const double x = tp.at_flat(i), y = tt.at_flat(i);
+            for (std::size_t i = 0; i < xs.size(); ++i) {
+                const double x = xs[i], y = ys[i];
                 if (std::isinf(x) || std::isinf(y) || x == 0 || y == 0)
                     mismatched += !(x == y);
                 else
@@ -171,7 +185,8 @@ void check_traced_as_plain(const Graph& g, const RunResult& rp, const RunResult&
     }
 }
 
-// O of `fused` (one thread) bytewise the same at 2, 4 and 8 threads, untraced and with
+// O of `fused` (one thread) bytewise the same at 2, 4 and 8 threads (4 under ThreadSanitizer:
+// test::compared_thread_counts), untraced and with
 // `value` traced (and `value` the same as at one thread).
 void check_thread_counts(const Graph& g, const RunOptions& fused, const Tensor& o, const std::string& value) {
     for (const std::vector<std::string>& only : {std::vector<std::string>{}, std::vector<std::string>{value}}) {
@@ -180,7 +195,7 @@ void check_thread_counts(const Graph& g, const RunOptions& fused, const Tensor& 
         t.trace_only = only;
         const RunResult one = run(g, t);
         BOOST_TEST((one.at(g, "O") == o));
-        for (int threads : {2, 4, 8}) {
+        for (int threads : test::compared_thread_counts({2, 4, 8})) {
             t.threads = threads;
             const RunResult r = run(g, t);
             BOOST_TEST_CONTEXT("threads " << threads << ", traced " << only.size()) {
@@ -220,14 +235,14 @@ void check_case(const Case& c) {
     // every traced value of the chain: the plain run's, -inf and 0 at the same places
     check_traced_as_plain(g, rp, rt);
     // a masked key has weight exactly 0, a row with no key left gives O = 0
-    const Tensor& a = rt.at(g, "A");
+    const std::vector<double> a = values_of(rt.at(g, "A"));
     std::size_t wrong_zeros = 0, empty_rows = 0, nonzero_empty = 0;
     for (std::size_t row = 0; row < c.B * c.H * c.n; ++row) {
         bool any = false;
         for (std::size_t j = 0; j < c.m; ++j) {
             const bool masked = want.a[row * c.m + j] == 0 &&
                                 c.score(row / (c.H * c.n), row / c.n % c.H, row % c.n, j, 0.0) == -inf;
-            if (masked) wrong_zeros += a.at_flat(row * c.m + j) != 0.0;
+            if (masked) wrong_zeros += a[row * c.m + j] != 0.0;
             any = any || !masked;
         }
         if (any) continue;
@@ -862,7 +877,7 @@ void check_graph(const Graph& g, const std::string& output, const std::vector<st
     const Tensor& y = rf.at(g, output);
     BOOST_TEST(test::max_abs_diff(y, run(g, plain).at(g, output)) < 2e-6);
     BOOST_TEST((run(g, traced).at(g, output) == y));
-    for (int threads : {2, 4, 8}) {
+    for (int threads : test::compared_thread_counts({2, 4, 8})) {
         fused.threads = threads;
         BOOST_TEST((run(g, fused).at(g, output) == y), "threads " << threads);
     }
@@ -993,12 +1008,16 @@ ReferenceResult diff_reference(const DiffCase& c, const DiffBuilt& t) {
     out.o.assign(c.B * c.H * c.n * c.dv, 0.0);
     const Shape target{c.B, c.H, 1, c.n, c.m};
     const auto lambda_strides = ops::broadcast_strides(c.lambda_shape, target);
+    const std::vector<double> qv = values_of(t.q), kv = values_of(t.k), vv = values_of(t.v),
+                              lambdas = values_of(t.lambda);
+    const double *qd = qv.data(), *kd = kv.data(), *vd = vv.data();
+    std::vector<double> scores(c.m), weights(2 * c.m);
+    double *s = scores.data(), *w[2] = {weights.data(), weights.data() + c.m};
     for (std::size_t b = 0; b < c.B; ++b)
         for (std::size_t h = 0; h < c.H; ++h)
             for (std::size_t i = 0; i < c.n; ++i) {
-                std::vector<double> w[2];
                 for (std::size_t p = 0; p < 2; ++p) {
-                    std::vector<double> s(c.m, -inf);
+                    for (std::size_t j = 0; j < c.m; ++j) s[j] = -inf;
                     double mx = -inf;
                     for (std::size_t j = 0; j < c.m; ++j) {
                         if ((c.causal && j > i) || (!c.lengths.empty() && static_cast<int>(j) >= c.lengths[b])) continue;
@@ -1006,26 +1025,26 @@ ReferenceResult diff_reference(const DiffCase& c, const DiffBuilt& t) {
                             continue;
                         double raw = 0;
                         for (std::size_t e = 0; e < c.d; ++e)
-                            raw += t.q.at_flat((((b * c.H + h) * 2 + p) * c.n + i) * c.d + e) *
-                                   t.k.at_flat((((b * c.H + h) * 2 + p) * c.m + j) * c.d + e);
+                            raw += qd[(((b * c.H + h) * 2 + p) * c.n + i) * c.d + e] *
+                                   kd[(((b * c.H + h) * 2 + p) * c.m + j) * c.d + e];
                         s[j] = factor * raw;
                         mx = std::max(mx, s[j]);
                     }
-                    w[p].assign(c.m, 0.0);
+                    for (std::size_t j = 0; j < c.m; ++j) w[p][j] = 0.0;
                     if (mx == -inf) continue;  // a fully masked row: zeros
                     double sum = 0;
                     for (std::size_t j = 0; j < c.m; ++j) sum += s[j] == -inf ? 0 : std::exp(s[j] - mx);
                     for (std::size_t j = 0; j < c.m; ++j) w[p][j] = s[j] == -inf ? 0 : std::exp(s[j] - mx) / sum;
                 }
                 const std::size_t row = (b * c.H + h) * c.n + i;
+                double* a = out.a.data() + row * c.m;
                 for (std::size_t j = 0; j < c.m; ++j) {
-                    const double lambda = t.lambda.at_flat(ops::broadcast_offset(row * c.m + j, target, lambda_strides));
-                    out.a[row * c.m + j] = w[0][j] - lambda * w[1][j];
+                    const double lambda = lambdas[ops::broadcast_offset(row * c.m + j, target, lambda_strides)];
+                    a[j] = w[0][j] - lambda * w[1][j];
                 }
                 for (std::size_t e = 0; e < c.dv; ++e) {
                     double acc = 0;
-                    for (std::size_t j = 0; j < c.m; ++j)
-                        acc += out.a[row * c.m + j] * t.v.at_flat(((b * c.H + h) * c.m + j) * c.dv + e);
+                    for (std::size_t j = 0; j < c.m; ++j) acc += a[j] * vd[((b * c.H + h) * c.m + j) * c.dv + e];
                     out.o[row * c.dv + e] = acc;
                 }
             }
@@ -1065,14 +1084,16 @@ void check_diff_case(const DiffCase& c) {
     // A_diff from the traced halves by the nodes' arithmetic, bit for bit: the fused step
     // does Mul and Sub as the ops do
     {
-        const Tensor &a1 = rt.at(g, "A_split:0"), &a2 = rt.at(g, "A_split:1"), &ad = rt.at(g, "A_diff");
+        const Tensor& a_diff = rt.at(g, "A_diff");
+        const float *a1 = rt.at(g, "A_split:0").as<float>().data(), *a2 = rt.at(g, "A_split:1").as<float>().data(),
+                    *ad = a_diff.as<float>().data(), *lambdas = built.lambda.as<float>().data();
         const Shape target{c.B, c.H, 1, c.n, c.m};
         const auto strides = ops::broadcast_strides(c.lambda_shape, target);
         std::size_t wrong = 0;
-        for (std::size_t i = 0; i < ad.size(); ++i) {
-            const float lambda = built.lambda.as<float>().data()[ops::broadcast_offset(i, target, strides)];
-            const float want_i = a1.as<float>().data()[i] - a2.as<float>().data()[i] * lambda;
-            wrong += std::memcmp(&want_i, ad.as<float>().data() + i, sizeof(float)) != 0;
+        for (std::size_t i = 0, count = a_diff.size(); i < count; ++i) {
+            const float lambda = lambdas[ops::broadcast_offset(i, target, strides)];
+            const float want_i = a1[i] - a2[i] * lambda;
+            wrong += std::memcmp(&want_i, ad + i, sizeof(float)) != 0;
         }
         BOOST_TEST(wrong == 0u);
     }

@@ -120,46 +120,55 @@ inline Reference reference(const Case& c, const Tensor& qt, const Tensor& kt, co
     r.dlambda.assign(lambda.size(), 0.0);
     r.dbias.assign(added.sizes[0], 0.0);
     r.dmultiplier.assign(added.sizes[1], 0.0);
+    // Every element is read through a plain pointer and each row's scratch is reused: under
+    // ThreadSanitizer and at the tests' -O0, a call per element (an accessor lambda, a vector's
+    // operator[], the keep function three times a key) cost most of the attention backward
+    // tests' time there. The arithmetic, and its order, is as before.
+    std::vector<double> zs(m), ss(m), as(m), das(m);
+    std::vector<char> seens(m);  // the keys the row sees (a masked key adds nothing)
+    double *z = zs.data(), *s = ss.data(), *a = as.data(), *da = das.data();
+    char* seen = seens.data();
+    double *dq = r.dq.data(), *dkr = r.dk.data(), *dvr = r.dv.data();
     for (std::size_t b = 0; b < batches; ++b) {
         // the map's O matrix and its weight in O: 1, or −lambda for the second map
         const std::size_t o = lambda.empty() ? b : b / 2, l = lambda.empty() ? 0 : o % lambda.size();
         const bool second = !lambda.empty() && b % 2 == 1;
         const double coef = second ? -lambda[l] : 1.0;
         const std::size_t h = alibi.slopes.empty() ? 0 : b % alibi.slopes.size();
-        auto bias = [&](std::size_t i, std::size_t j) {
-            return alibi.slopes.empty() ? 0.0 : alibi.slopes[h] * alibi.distance(i, j);
-        };
+        const double slope_h = alibi.slopes.empty() ? 0.0 : alibi.slopes[h];
         const std::size_t kj = matrix_of(b, qb, kb), vj = matrix_of(b, qb, vb);
-        auto Q = [&](std::size_t i, std::size_t d) { return qd[(b * n + i) * dk + d]; };
-        auto K = [&](std::size_t j, std::size_t d) { return kd[(kj * m + j) * dk + d]; };
-        auto V = [&](std::size_t j, std::size_t d) { return vd[(vj * m + j) * dv + d]; };
-        auto G = [&](std::size_t i, std::size_t d) { return gd[(o * n + i) * dv + d]; };
+        const double *K = kd + kj * m * dk, *V = vd + vj * m * dv;  // row j at K + j·dk, V + j·dv
+        double *dK = dkr + kj * m * dk, *dV = dvr + vj * m * dv;
         for (std::size_t i = 0; i < n; ++i) {
-            std::vector<double> z(m), s(m), a(m), da(m);
+            const double *Q = qd + (b * n + i) * dk, *G = gd + (o * n + i) * dv;
+            double* dQ = dq + (b * n + i) * dk;
             double mx = -INFINITY, sum = 0;
             for (std::size_t j = 0; j < m; ++j) {
-                if (keep && !keep(b, i, j)) continue;
+                seen[j] = !keep || keep(b, i, j);
+                if (!seen[j]) continue;
+                const double* Kj = K + j * dk;
                 double dot = 0;
-                for (std::size_t d = 0; d < dk; ++d) dot += Q(i, d) * K(j, d);
-                z[j] = f * dot - bias(i, j) + (added.value ? added.value(b, i, j) : 0.0);
+                for (std::size_t d = 0; d < dk; ++d) dot += Q[d] * Kj[d];
+                z[j] = f * dot - (alibi.slopes.empty() ? 0.0 : slope_h * alibi.distance(i, j)) +
+                       (added.value ? added.value(b, i, j) : 0.0);
                 s[j] = capped(z[j]);
                 mx = std::max(mx, s[j]);
             }
             if (mx == -INFINITY) continue;  // no key: A = 0, O = 0 (a sink takes all the weight)
             const double sink = sinks.empty() ? 0.0 : sinks[b % sinks.size()];
             if (!sinks.empty()) mx = std::max(mx, sink);
-            for (std::size_t j = 0; j < m; ++j) sum += a[j] = keep && !keep(b, i, j) ? 0.0 : std::exp(s[j] - mx);
+            for (std::size_t j = 0; j < m; ++j) sum += a[j] = seen[j] ? std::exp(s[j] - mx) : 0.0;
             if (!sinks.empty()) sum += std::exp(sink - mx);
             double rowdot = 0;
-            std::vector<bool> seen(m);  // the keys the row sees (a masked key adds nothing)
             for (std::size_t j = 0; j < m; ++j) {
-                seen[j] = !keep || keep(b, i, j);
                 if (!seen[j]) continue;
                 a[j] /= sum;
+                const double* Vj = V + j * dv;
+                double* dVj = dV + j * dv;
                 double d_a = 0;
                 for (std::size_t d = 0; d < dv; ++d) {
-                    d_a += G(i, d) * V(j, d);
-                    r.dv[(vj * m + j) * dv + d] += coef * a[j] * G(i, d);
+                    d_a += G[d] * Vj[d];
+                    dVj[d] += coef * a[j] * G[d];
                 }
                 if (second) r.dlambda[l] -= d_a * a[j];
                 da[j] = coef * d_a + (a_seed ? a_seed(b, i, j) : 0.0);
@@ -171,9 +180,11 @@ inline Reference reference(const Case& c, const Tensor& qt, const Tensor& kt, co
                 const double dz = slope(z[j]) * a[j] * (da[j] - rowdot), ds = f * dz;
                 if (!alibi.slopes.empty()) r.dslopes[h] -= dz * alibi.distance(i, j);
                 if (added.grad) added.grad(b, i, j, dz, r);
+                const double* Kj = K + j * dk;
+                double* dKj = dK + j * dk;
                 for (std::size_t d = 0; d < dk; ++d) {
-                    r.dq[(b * n + i) * dk + d] += ds * K(j, d);
-                    r.dk[(kj * m + j) * dk + d] += ds * Q(i, d);
+                    dQ[d] += ds * Kj[d];
+                    dKj[d] += ds * Q[d];
                 }
             }
         }
@@ -181,11 +192,20 @@ inline Reference reference(const Case& c, const Tensor& qt, const Tensor& kt, co
     return r;
 }
 
+// A tensor's values as f64, read in place: at_flat costs a call and a visit per element, a
+// large part of a check of every n×m value under ThreadSanitizer and at the tests' -O0.
+inline std::vector<double> values_of(const Tensor& t) {
+    const Tensor t64 = t.cast(DType::f64);
+    const double* p = t64.as<double>().data();
+    return std::vector<double>(p, p + t64.size());
+}
+
 // Largest |got - want| / max|want|: the error relative to the gradient's scale.
 inline double rel_error(const Tensor& got, const std::vector<double>& want) {
+    const std::vector<double> values = values_of(got);
     double err = 0, scale = 0;
     for (std::size_t i = 0; i < want.size(); ++i) {
-        err = std::max(err, std::abs(got.at_flat(i) - want[i]));
+        err = std::max(err, std::abs(values[i] - want[i]));
         scale = std::max(scale, std::abs(want[i]));
     }
     return err / scale;
