@@ -27,6 +27,7 @@
 BOOST_AUTO_TEST_SUITE(test_fused_attention)
 
 using namespace attngraph;
+using test::values_of;
 
 namespace {
 
@@ -58,15 +59,6 @@ struct Reference {
 struct ReferenceResult {
     std::vector<double> a, o;  // (B, H, n, m), (B, H, n, d)
 };
-
-// A tensor's values as f64, to read in place: at_flat costs a call and a visit per element,
-// which at the tests' -O0 and under ThreadSanitizer made the checks below a large part of
-// this test's time there.
-std::vector<double> values_of(const Tensor& t) {
-    const Tensor t64 = t.cast(DType::f64);
-    const double* p = t64.as<double>().data();
-    return std::vector<double>(p, p + t64.size());
-}
 
 ReferenceResult reference(const Reference& r, const Tensor& q, const Tensor& k, const Tensor& v) {
     ReferenceResult out;

@@ -15,10 +15,13 @@
 #include "engine/builder.hpp"
 #include "engine/executor.hpp"
 #include "graphs/mha.hpp"
+#include "helpers.hpp"
 #include "ops/attention.hpp"
 #include "ops/ops.hpp"
 
 namespace attngraph::test::attention_backward {
+
+using test::values_of;  // (support/helpers.hpp) for the suites that use this namespace
 
 // Q (batch..., n, dk), K (kbatch..., m, dk), V (vbatch..., m, dv); Y = A·V with
 // A = softmax(c · Q·Kᵀ) (c = 1/sqrt(dk), or no Scale node when !scaled), output Y.
@@ -190,14 +193,6 @@ inline Reference reference(const Case& c, const Tensor& qt, const Tensor& kt, co
         }
     }
     return r;
-}
-
-// A tensor's values as f64, read in place: at_flat costs a call and a visit per element, a
-// large part of a check of every n×m value under ThreadSanitizer and at the tests' -O0.
-inline std::vector<double> values_of(const Tensor& t) {
-    const Tensor t64 = t.cast(DType::f64);
-    const double* p = t64.as<double>().data();
-    return std::vector<double>(p, p + t64.size());
 }
 
 // Largest |got - want| / max|want|: the error relative to the gradient's scale.

@@ -48,6 +48,14 @@ inline RunOptions keep_all(int threads = 0) {
     return o;
 }
 
+/// A tensor's values as f64, to read in place: at_flat costs a call and a visit per element,
+/// a large part of a check of every value under ThreadSanitizer and at the tests' -O0.
+inline std::vector<double> values_of(const Tensor& t) {
+    const Tensor t64 = t.cast(DType::f64);
+    const double* p = t64.as<double>().data();
+    return std::vector<double>(p, p + t64.size());
+}
+
 /// The thread counts a check repeats a run at to compare its bits (the release build's lists
 /// hold 4). Under ThreadSanitizer 4 alone: a run on one thread has no race to show, and every
 /// count above one runs the same chunks (engine/parallel.hpp cuts the work independently of
