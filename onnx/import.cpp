@@ -18,6 +18,7 @@
 #include "engine/graph.hpp"
 #include "engine/half.hpp"
 #include "onnx/attention.hpp"
+#include "onnx/einsum.hpp"
 #include "onnx/fold.hpp"
 
 namespace attngraph {
@@ -574,6 +575,19 @@ private:
         c.elem_type = TP::FLOAT;
         m_values[name] = c;
         m_synthetic.insert(name);
+        return materialize(name);
+    }
+
+    // An int64 constant of our own of `shape`, materialized: its attngraph name.
+    std::string constant(const std::string& base, const Shape& shape, const std::vector<double>& values) {
+        const std::string name = unique(base);
+        Value c;
+        c.is_const = true;
+        c.c = OnnxTensor{TP::INT64, to_i64(shape), values};
+        c.elem_type = TP::INT64;
+        m_values[name] = c;
+        m_synthetic.insert(name);
+        m_used.erase(name);  // materialize takes the name itself
         return materialize(name);
     }
 
@@ -1207,6 +1221,29 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
             emit("MatMul", name, {an, bn});
         }
         define(out0, name, result, et);
+        return;
+    }
+    if (op == "Einsum") {
+        check_attrs({"equation"});
+        const auto* eq = onnx_fold::find_attr(node, "equation");
+        if (!eq || eq->type() != onnx::AttributeProto::STRING)
+            throw GraphError(where + ": the attribute 'equation' (a string) is missing; shapes " + shapes_text());
+        std::vector<onnx_import::EinsumOperand> operands;
+        for (std::size_t i = 0; i < in.size(); ++i) {
+            const Shape& s = arg(i).shape;  // an absent input is an error
+            operands.push_back({materialize(node.input(static_cast<int>(i))), s});
+        }
+        const std::string name = out_name(0);
+        const onnx_import::EinsumSink sink{
+            [&](const std::string& base) { return unique(base); },
+            [&](const std::string& o, const std::string& n, const std::vector<std::string>& inputs, const json& attrs) {
+                emit(o, n, inputs, attrs);
+            },
+            [&](const std::string& base, const Shape& s, const std::vector<double>& values) {
+                return constant(base, s, values);
+            }};
+        const Shape s = onnx_import::expand_einsum(name, eq->s(), operands, sink, where);
+        define(out0, name, s, et);
         return;
     }
     if (op == "Gemm") {

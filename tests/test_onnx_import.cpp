@@ -7,10 +7,14 @@
 
 #include <cmath>
 #include <limits>
+#include <map>
+#include <set>
 
 #include <onnx/onnx_pb.h>
 
 #include "engine/npy.hpp"
+#include "engine/optimize.hpp"
+#include "onnx/import.hpp"
 #include "support/helpers.hpp"
 
 BOOST_AUTO_TEST_SUITE(test_onnx_import)
@@ -856,6 +860,328 @@ BOOST_AUTO_TEST_CASE(bad_clip_leaky_relu_max_nodes_give_one_error_line) {
     // operands that do not broadcast
     model("max.onnx", [](onnx::GraphProto& g) { add_node(g, "Max", {"X", "X", "Z"}, {"Y"}, "/act/Max"); });
     expect_one_error(tmp, "check max.onnx", "max.onnx: node '/act/Max' (Max): shapes (2x3) and (2) do not broadcast");
+}
+
+// ---- Einsum --------------------------------------------------------------------------------
+
+void attr_string(onnx::NodeProto* n, const std::string& name, const std::string& value) {
+    auto* a = n->add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::STRING);
+    a->set_s(value);
+}
+
+// numpy's einsum by plain loops over every assignment of the letters. `eq` is explicit
+// ("ab,bc->ac", no "..."); a letter's size is the largest an operand gives it, and an axis of
+// size 1 is read at 0 (broadcast); a letter repeated within a term reads one index twice (a
+// diagonal).
+std::vector<double> einsum_reference(const std::string& eq, const std::vector<Tensor>& ops, Shape* out_shape) {
+    const auto arrow = eq.find("->");
+    std::vector<std::string> terms;
+    for (std::size_t b = 0;;) {
+        const auto e = eq.find(',', b);
+        terms.push_back(eq.substr(b, std::min(e, arrow) - b));
+        if (e == std::string::npos || e > arrow) break;
+        b = e + 1;
+    }
+    const std::string out = eq.substr(arrow + 2);
+    std::map<char, std::size_t> size;
+    for (std::size_t k = 0; k < ops.size(); ++k)
+        for (std::size_t a = 0; a < terms[k].size(); ++a)
+            size[terms[k][a]] = std::max(size[terms[k][a]], ops[k].shape()[a]);
+    out_shape->clear();
+    for (char c : out) out_shape->push_back(size[c]);
+    std::vector<double> y(element_count(*out_shape), 0.0);
+    std::vector<char> letters;
+    for (const auto& [c, n] : size) letters.push_back(c);
+    std::map<char, std::size_t> at;
+    for (char c : letters) at[c] = 0;
+    auto offset = [&](const std::string& term, const Shape& shape) {
+        std::size_t o = 0;
+        for (std::size_t a = 0; a < term.size(); ++a) o = o * shape[a] + (shape[a] == 1 ? 0 : at[term[a]]);
+        return o;
+    };
+    for (;;) {
+        double p = 1;
+        for (std::size_t k = 0; k < ops.size(); ++k) p *= ops[k].at_flat(offset(terms[k], ops[k].shape()));
+        y[offset(out, *out_shape)] += p;
+        std::size_t i = letters.size();  // the odometer's next step
+        while (i > 0 && ++at[letters[i - 1]] == size[letters[i - 1]]) at[letters[--i]] = 0;
+        if (i == 0) break;
+    }
+    return y;
+}
+
+struct EinsumCase {
+    std::string equation;   // as the model writes it
+    std::string reference;  // the same, explicit and without "...", for einsum_reference
+    std::vector<Shape> shapes;
+    std::vector<std::string> ops;  // ops the lowering must use (traced), beside Reshape
+    bool ort = true;               // in the ONNX Runtime comparison: its shape inference refuses "..." over
+                                   // different ranks or sizes, which numpy broadcasts, and its kernel an
+                                   // implicit output with capitals ("only lower-cased letters (a-z) and
+                                   // upper-cased letters (A-Z)"), which numpy puts first
+};
+
+// ONNX's own node tests of Einsum (onnx/backend/test/case/node/einsum.py: transpose, sum,
+// batch_diagonal, inner_prod, batch_matmul, scalar) and attention's einsums: scores and
+// weights·values per head, a projection against a 2-D and a 3-D weight, keys shared by the
+// heads (multi-query), three operands, an outer and an elementwise product, an implicit
+// output (capitals sort first), "..." broadcasting (2x1 against 5), a triple diagonal
+const std::vector<EinsumCase>& einsum_cases() {
+    static const std::vector<EinsumCase> cases = {
+        {"ij->ji", "ij->ji", {{3, 4}}, {"Transpose"}},
+        {"ij->i", "ij->i", {{3, 4}}, {"ReduceSum"}},
+        {"...ii ->...i", "aii->ai", {{3, 5, 5}}, {"Gather"}},
+        {"i,i", "i,i->", {{5}, {5}}, {"MatMul"}},
+        {"bij, bjk -> bik", "bij,bjk->bik", {{5, 2, 3}, {5, 3, 4}}, {"MatMul"}},
+        {"bhqd,bhkd->bhqk", "bhqd,bhkd->bhqk", {{2, 3, 4, 5}, {2, 3, 6, 5}}, {"Transpose", "MatMul"}},
+        {"bhqk,bhkd->bhqd", "bhqk,bhkd->bhqd", {{2, 3, 4, 6}, {2, 3, 6, 5}}, {"MatMul"}},
+        {"bsd,de->bse", "bsd,de->bse", {{2, 3, 4}, {4, 5}}, {"MatMul"}},
+        {"bnd,dhe->bhne", "bnd,dhe->bhne", {{2, 3, 4}, {4, 2, 5}}, {"MatMul", "Transpose"}},
+        {"bhqd,bkd->bhqk", "bhqd,bkd->bhqk", {{2, 3, 4, 5}, {2, 6, 5}}, {"MatMul"}},
+        {"ij,jk,kl->il", "ij,jk,kl->il", {{2, 3}, {3, 4}, {4, 5}}, {"MatMul"}},
+        {"i,j->ij", "i,j->ij", {{3}, {4}}, {"Mul"}},
+        {"ij,ij->ij", "ij,ij->ij", {{3, 4}, {3, 4}}, {"Mul"}},
+        {"bi,bi->b", "bi,bi->b", {{3, 4}, {3, 4}}, {"MatMul"}},
+        {"Ba,a", "Ba,a->B", {{3, 4}, {4}}, {"MatMul"}, false},
+        {"ab,Bb", "ab,Bb->Ba", {{3, 4}, {2, 4}}, {"MatMul"}, false},
+        {"ab,Bb->Ba", "ab,Bb->Ba", {{3, 4}, {2, 4}}, {"MatMul"}},
+        {"...ij,...jk->...ik", "abij,abjk->abik", {{2, 5, 3, 4}, {2, 5, 4, 6}}, {"MatMul"}},
+        {"...ij,...jk->...ik", "abij,bjk->abik", {{2, 5, 3, 4}, {5, 4, 6}}, {"MatMul"}, false},
+        {"...ij,...jk->...ik", "abij,bjk->abik", {{2, 1, 3, 4}, {5, 4, 6}}, {"MatMul"}, false},
+        {"ij,jk->ik", "ij,jk->ik", {{2, 1}, {3, 4}}, {"MatMul", "ReduceSum"}, false},
+        {"iii->i", "iii->i", {{3, 3, 3}}, {"Gather"}},
+        {"iij->j", "iij->j", {{3, 3, 4}}, {"Gather", "ReduceSum"}},
+        {"ij->", "ij->", {{3, 4}}, {"ReduceSum"}},
+    };
+    return cases;
+}
+
+// Every case in one model (`ort_only`: the cases ONNX Runtime takes): inputs c<k>_<j>, outputs y<k>
+onnx::ModelProto einsum_model(const std::vector<EinsumCase>& cases, bool ort_only = false) {
+    onnx::GraphProto g;
+    for (std::size_t k = 0; k < cases.size(); ++k) {
+        if (ort_only && !cases[k].ort) continue;
+        std::vector<std::string> in;
+        for (std::size_t j = 0; j < cases[k].shapes.size(); ++j) {
+            in.push_back("c" + std::to_string(k) + "_" + std::to_string(j));
+            add_input(g, in.back(), std::vector<std::int64_t>(cases[k].shapes[j].begin(), cases[k].shapes[j].end()));
+        }
+        const std::string y = "y" + std::to_string(k);
+        attr_string(add_node(g, "Einsum", in, {y}, "/einsum/" + std::to_string(k)), "equation", cases[k].equation);
+        add_output(g, y);
+    }
+    onnx::ModelProto m = model_of(g);
+    m.mutable_opset_import(0)->set_version(12);
+    return m;
+}
+
+// Each case's input files (values from a fixed recurrence, in [-1, 1)), as --input arguments
+std::string einsum_inputs(const TempDir& tmp, const std::vector<EinsumCase>& cases, bool ort_only = false) {
+    std::string args;
+    std::uint32_t state = 12345;
+    for (std::size_t k = 0; k < cases.size(); ++k)
+        for (std::size_t j = 0; j < (ort_only && !cases[k].ort ? 0 : cases[k].shapes.size()); ++j) {
+            Tensor t = zeros(DType::f32, cases[k].shapes[j]);
+            float* p = t.as<float>().data();
+            for (std::size_t i = 0; i < t.size(); ++i) {
+                state = state * 1664525u + 1013904223u;
+                p[i] = static_cast<float>(state >> 8) / 8388608.0f - 1.0f;
+            }
+            const std::string name = "c" + std::to_string(k) + "_" + std::to_string(j);
+            save_npy(tmp.path / (name + ".npy"), t);
+            args += " --input " + name + "=" + name + ".npy";
+        }
+    return args;
+}
+
+BOOST_AUTO_TEST_CASE(einsum_imports_with_numpys_values) {
+    TempDir tmp;
+    const auto& cases = einsum_cases();
+    write(einsum_model(cases), tmp.path / "einsum.onnx");
+    const CliResult r = run_cli("run einsum.onnx" + einsum_inputs(tmp, cases) + " --trace t", tmp.path);
+    BOOST_TEST_REQUIRE(r.code == 0, r.err);
+    const auto manifest = nlohmann::json::parse(slurp(tmp.path / "t" / "manifest.json"));
+    for (std::size_t k = 0; k < cases.size(); ++k) {
+        std::vector<Tensor> ops;
+        for (std::size_t j = 0; j < cases[k].shapes.size(); ++j)
+            ops.push_back(load_npy(tmp.path / ("c" + std::to_string(k) + "_" + std::to_string(j) + ".npy")));
+        Shape shape;
+        const std::vector<double> want = einsum_reference(cases[k].reference, ops, &shape);
+        const Tensor y = load_npy(tmp.path / "t" / ("y" + std::to_string(k) + ".npy"));
+        BOOST_TEST_REQUIRE((y.shape() == shape), cases[k].equation << ": shape (" << shape_str(y.shape()) << ")");
+        for (std::size_t i = 0; i < want.size(); ++i)
+            BOOST_TEST(std::fabs(y.at_flat(i) - want[i]) <= 1e-6 * std::max(1.0, std::fabs(want[i])),
+                       cases[k].equation << " [" << i << "] = " << y.at_flat(i) << ", want " << want[i]);
+        // the ops the lowering is meant to use, among the case's traced nodes (y<k> and y<k>.*)
+        std::set<std::string> used;
+        const std::string y_name = "y" + std::to_string(k);
+        for (const auto& e : manifest["entries"]) {
+            const std::string n = e.value("name", std::string());
+            if (n == y_name || n.rfind(y_name + ".", 0) == 0) used.insert(e.value("op", std::string()));
+        }
+        for (const auto& op : cases[k].ops) BOOST_TEST(used.count(op) == 1u, cases[k].equation << " uses no " << op);
+    }
+}
+
+// The same model run by ONNX Runtime (npm onnxruntime-node): every output within 1e-5
+BOOST_AUTO_TEST_CASE(einsum_matches_onnx_runtime) {
+    BOOST_TEST_REQUIRE(fs::is_directory(source_dir() / "tests" / "node" / "node_modules" / "onnxruntime-node"),
+                       "onnxruntime-node is missing: run scripts/install-deps.sh");
+    TempDir tmp;
+    const auto& cases = einsum_cases();
+    write(einsum_model(cases, true), tmp.path / "einsum.onnx");
+    const CliResult r = run_cli("run einsum.onnx" + einsum_inputs(tmp, cases, true) + " --trace t", tmp.path);
+    BOOST_TEST_REQUIRE(r.code == 0, r.err);
+    const std::string out = (tmp.path / "ort.out").string();
+    const std::string cmd = "node '" + (source_dir() / "tests" / "node" / "ort_check.js").string() + "' '" +
+                            (tmp.path / "einsum.onnx").string() + "' '" + (tmp.path / "t").string() + "' 1e-5 >'" +
+                            out + "' 2>&1";
+    const int status = std::system(cmd.c_str());
+    const std::string report = slurp(out);
+    BOOST_TEST(status == 0, report);
+    const auto compared = std::count_if(cases.begin(), cases.end(), [](const EinsumCase& c) { return c.ort; });
+    BOOST_TEST(std::count(report.begin(), report.end(), '\n') == compared, report);
+}
+
+// d sum(Y·W) / dA and dB of an attention-score einsum against the plain loops' derivative:
+// dA[b,h,q,d] = sum_k W[b,h,q,k]·B[b,h,k,d], dB[b,h,k,d] = sum_q W[b,h,q,k]·A[b,h,q,d]
+BOOST_AUTO_TEST_CASE(einsum_differentiates) {
+    TempDir tmp;
+    onnx::GraphProto g;
+    add_input(g, "A", {1, 2, 3, 4});
+    add_input(g, "B", {1, 2, 5, 4});
+    add_input(g, "W", {1, 2, 3, 5});
+    attr_string(add_node(g, "Einsum", {"A", "B"}, {"S"}, "/scores"), "equation", "bhqd,bhkd->bhqk");
+    add_node(g, "Mul", {"S", "W"}, {"Y"});
+    add_output(g, "Y");
+    write(model_of(g), tmp.path / "scores.onnx");
+    std::vector<EinsumCase> shapes = {{"", "", {{1, 2, 3, 4}, {1, 2, 5, 4}, {1, 2, 3, 5}}, {}}};
+    einsum_inputs(tmp, shapes);
+    const CliResult r = run_cli(
+        "grad scores.onnx --input A=c0_0.npy --input B=c0_1.npy --input W=c0_2.npy --wrt A,B --trace g", tmp.path);
+    BOOST_TEST_REQUIRE(r.code == 0, r.err);
+    const Tensor a = load_npy(tmp.path / "c0_0.npy"), b = load_npy(tmp.path / "c0_1.npy"),
+                 w = load_npy(tmp.path / "c0_2.npy");
+    const auto manifest = nlohmann::json::parse(slurp(tmp.path / "g" / "manifest.json"));
+    std::map<std::string, Tensor> grads;
+    for (const auto& e : manifest["entries"])
+        if (e.contains("grad")) grads[e["name"]] = load_npy(tmp.path / "g" / e["grad"].get<std::string>());
+    BOOST_TEST_REQUIRE(grads.count("A") == 1u);
+    BOOST_TEST_REQUIRE(grads.count("B") == 1u);
+    for (std::size_t h = 0; h < 2; ++h) {
+        for (std::size_t q = 0; q < 3; ++q)
+            for (std::size_t d = 0; d < 4; ++d) {
+                double want = 0;
+                for (std::size_t k = 0; k < 5; ++k)
+                    want += w.at_flat((h * 3 + q) * 5 + k) * b.at_flat((h * 5 + k) * 4 + d);
+                BOOST_TEST(std::fabs(grads["A"].at_flat((h * 3 + q) * 4 + d) - want) <= 1e-6);
+            }
+        for (std::size_t k = 0; k < 5; ++k)
+            for (std::size_t d = 0; d < 4; ++d) {
+                double want = 0;
+                for (std::size_t q = 0; q < 3; ++q)
+                    want += w.at_flat((h * 3 + q) * 5 + k) * a.at_flat((h * 3 + q) * 4 + d);
+                BOOST_TEST(std::fabs(grads["B"].at_flat((h * 5 + k) * 4 + d) - want) <= 1e-6);
+            }
+    }
+}
+
+// softmax(Q·Kᵀ / 2)·V written with two Einsums is one fused attention step in the run plan (the
+// lowering gives Transpose + MatMul, the pattern engine/optimize.cpp folds), with the values of
+// a plain-loop attention
+BOOST_AUTO_TEST_CASE(attention_written_with_einsum_runs_fused) {
+    TempDir tmp;
+    onnx::GraphProto g;
+    for (const char* in : {"Q", "K", "V"}) add_input(g, in, {1, 2, 6, 4});
+    add_init(g, "half", {}, {0.5f});
+    attr_string(add_node(g, "Einsum", {"Q", "K"}, {"S_raw"}, "/attn/scores"), "equation", "bhqd,bhkd->bhqk");
+    add_node(g, "Mul", {"S_raw", "half"}, {"S"});
+    attr_int(add_node(g, "Softmax", {"S"}, {"A"}), "axis", -1);
+    attr_string(add_node(g, "Einsum", {"A", "V"}, {"O"}, "/attn/values"), "equation", "bhqk,bhkd->bhqd");
+    add_output(g, "O");
+    write(model_of(g), tmp.path / "attn.onnx");
+    Graph graph = to_graph(import_onnx(tmp.path / "attn.onnx"), tmp.path / "attn.onnx");
+    std::vector<bool> keep(graph.values().size(), false);
+    for (int id : graph.outputs()) keep[static_cast<std::size_t>(id)] = true;
+    const Plan plan = make_plan(graph, keep);
+    BOOST_TEST(std::count_if(plan.steps.begin(), plan.steps.end(),
+                             [](const Step& s) { return s.kind == StepKind::attention; }) == 1,
+               plan.describe(graph));
+    std::vector<EinsumCase> shapes = {{"", "", {{1, 2, 6, 4}, {1, 2, 6, 4}, {1, 2, 6, 4}}, {}}};
+    const std::string inputs = einsum_inputs(tmp, shapes);
+    const CliResult r =
+        run_cli("run attn.onnx --input Q=c0_0.npy --input K=c0_1.npy --input V=c0_2.npy --trace t --only O", tmp.path);
+    BOOST_TEST_REQUIRE(r.code == 0, r.err);
+    const Tensor q = load_npy(tmp.path / "c0_0.npy"), k = load_npy(tmp.path / "c0_1.npy"),
+                 v = load_npy(tmp.path / "c0_2.npy"), o = load_npy(tmp.path / "t" / "O.npy");
+    for (std::size_t h = 0; h < 2; ++h)
+        for (std::size_t i = 0; i < 6; ++i) {
+            std::vector<double> a(6);
+            double sum = 0;
+            for (std::size_t j = 0; j < 6; ++j) {
+                double dot = 0;
+                for (std::size_t d = 0; d < 4; ++d)
+                    dot += q.at_flat((h * 6 + i) * 4 + d) * k.at_flat((h * 6 + j) * 4 + d);
+                sum += a[j] = std::exp(dot / 2);
+            }
+            for (std::size_t d = 0; d < 4; ++d) {
+                double want = 0;
+                for (std::size_t j = 0; j < 6; ++j) want += a[j] / sum * v.at_flat((h * 6 + j) * 4 + d);
+                BOOST_TEST(std::fabs(o.at_flat((h * 6 + i) * 4 + d) - want) <= 1e-6);
+            }
+        }
+}
+
+BOOST_AUTO_TEST_CASE(bad_einsum_nodes_give_one_error_line) {
+    TempDir tmp;
+    const auto model = [&](const std::string& file, const std::string& equation, std::vector<std::string> in) {
+        onnx::GraphProto g;
+        add_input(g, "X", {2, 3});
+        add_input(g, "Z", {4, 4, 5});
+        auto* n = add_node(g, "Einsum", in, {"Y"}, "/attn/Einsum");
+        if (!equation.empty()) attr_string(n, "equation", equation);
+        add_output(g, "Y");
+        onnx::ModelProto m = model_of(g);
+        m.mutable_opset_import(0)->set_version(12);
+        write(m, tmp.path / file);
+    };
+    const std::string node = ": node '/attn/Einsum' (Einsum): ";
+    model("count.onnx", "ij,jk->ik", {"X"});
+    expect_one_error(
+        tmp, "check count.onnx",
+        "count.onnx" + node + "the equation 'ij,jk->ik' has 2 operand(s), the node 1 input(s); shapes (2x3)");
+    model("rank.onnx", "ijk->i", {"X"});
+    expect_one_error(tmp, "check rank.onnx",
+                     "rank.onnx" + node + "operand 0 of shape (2x3) has 2 axes, its term 'ijk' names 3; shapes (2x3)");
+    model("char.onnx", "i_j->i", {"X"});
+    expect_one_error(tmp, "check char.onnx",
+                     "char.onnx" + node +
+                         "the term 'i_j' holds '_': an einsum term is letters a-z, A-Z and at most "
+                         "one '...'; shapes (2x3)");
+    model("unknown.onnx", "ij->k", {"X"});
+    expect_one_error(tmp, "check unknown.onnx",
+                     "unknown.onnx" + node + "the output 'k' names 'k', which no operand has; shapes (2x3)");
+    model("sizes.onnx", "ij,jk->ik", {"X", "X"});
+    expect_one_error(tmp, "check sizes.onnx",
+                     "sizes.onnx" + node +
+                         "'j' is 3 in operand 0 of shape (2x3) and 2 in operand 1 of shape (2x3); shapes (2x3), (2x3)");
+    model("diag.onnx", "ijj->i", {"Z"});
+    expect_one_error(tmp, "check diag.onnx",
+                     "diag.onnx" + node +
+                         "operand 0 of shape (4x4x5) repeats 'j' over axes of 4 and 5: a diagonal "
+                         "needs equal sizes; shapes (4x4x5)");
+    model("ellipsis.onnx", "...j->j", {"Z"});
+    expect_one_error(tmp, "check ellipsis.onnx",
+                     "ellipsis.onnx" + node +
+                         "the operands' '...' covers 2 axes, which the output 'j' leaves out "
+                         "(write '...' in it); shapes (4x4x5)");
+    model("twice.onnx", "ij->ii", {"X"});
+    expect_one_error(tmp, "check twice.onnx", "twice.onnx" + node + "the output 'ii' names 'i' twice");
+    model("none.onnx", "", {"X"});
+    expect_one_error(tmp, "check none.onnx",
+                     "none.onnx" + node + "the attribute 'equation' (a string) is missing; shapes (2x3)");
 }
 
 BOOST_AUTO_TEST_SUITE_END()

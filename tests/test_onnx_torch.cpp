@@ -164,4 +164,14 @@ BOOST_AUTO_TEST_CASE(clamp_abs_leaky_relu_softplus_maximum_minimum_run_and_diffe
     BOOST_TEST(entries_of(ex.tmp.path / "t", "Clip").size() >= 3u);
 }
 
+BOOST_AUTO_TEST_CASE(attention_written_with_einsum_runs_and_differentiates_like_pytorch) {
+    // torch.einsum exports one Einsum node per call: the projections against (d, h, e)
+    // weights, the scores, weights times values, the output projection and a trace ("bhii->b")
+    Exported ex;
+    run_and_grad_like_torch(ex, "einsum", {"x"}, "x");
+    BOOST_TEST(entries_of(ex.tmp.path / "t", "Softmax").size() == 1u);
+    BOOST_TEST(entries_of(ex.tmp.path / "t", "MatMul").size() == 6u);
+    BOOST_TEST(entries_of(ex.tmp.path / "t", "Gather").size() == 1u);  // the diagonal
+}
+
 BOOST_AUTO_TEST_SUITE_END()  // test_onnx_torch

@@ -21,6 +21,11 @@ usage: python3 torch_export.py OUT_DIR
                                                     torch.clamp (both bounds, min only), relu6,
                                                     hardtanh, abs, leaky_relu, softplus, maximum,
                                                     minimum around two Linears; dx: d sum(Y) / dx
+  OUT_DIR/einsum.onnx, einsum_x.npy, einsum_y.npy, einsum_dx.npy
+                                                    multi-head attention written with torch.einsum
+                                                    (projections against (d, h, e) weights, scores,
+                                                    weights times values, a trace of the scores);
+                                                    dx: d sum(Y) / dx
 """
 import sys
 
@@ -214,3 +219,25 @@ class Activations(torch.nn.Module):
 
 
 export_with("activations", Activations(), {"x": torch.randn(3, 8)}, grad_of="x")
+
+
+class EinsumAttention(torch.nn.Module):
+    """Multi-head attention written with torch.einsum, each einsum an ONNX Einsum node."""
+
+    def __init__(self, d=8, h=2, e=4):
+        super().__init__()
+        self.scale = e ** -0.5
+        self.wq, self.wk, self.wv = (torch.nn.Parameter(torch.randn(d, h, e) * 0.4) for _ in range(3))
+        self.wo = torch.nn.Parameter(torch.randn(h, e, d) * 0.4)
+
+    def forward(self, x):
+        q = torch.einsum("bnd,dhe->bhne", x, self.wq)
+        k = torch.einsum("bnd,dhe->bhne", x, self.wk)
+        v = torch.einsum("bnd,dhe->bhne", x, self.wv)
+        s = torch.einsum("bhqe,bhke->bhqk", q, k) * self.scale
+        o = torch.einsum("bhqk,bhke->bhqe", s.softmax(-1), v)
+        y = torch.einsum("bhne,hed->bnd", o, self.wo)
+        return y + 0.1 * torch.einsum("bhii->b", s)[:, None, None]
+
+
+export_with("einsum", EinsumAttention(), {"x": torch.randn(2, 5, 8)}, grad_of="x")
