@@ -1025,6 +1025,60 @@ BOOST_AUTO_TEST_CASE(einsum_imports_with_numpys_values) {
     }
 }
 
+// 80 random equations against the plain loops: one to three operands of rank 0 to 3 over the
+// letters a-e (sizes 1 to 3), letters repeated within an operand (diagonals), axes of size 1
+// broadcasting against a letter's size, explicit outputs of any subset in any order
+BOOST_AUTO_TEST_CASE(random_einsums_match_the_plain_loops) {
+    std::uint32_t state = 2024;
+    auto next = [&](std::uint32_t n) {
+        state = state * 1664525u + 1013904223u;
+        return (state >> 8) % n;
+    };
+    std::vector<EinsumCase> cases;
+    while (cases.size() < 80) {
+        const std::string pool = "abcde";
+        std::map<char, std::size_t> size;
+        for (char c : pool) size[c] = 1 + next(3);
+        EinsumCase c;
+        std::string used;
+        for (std::uint32_t k = 0, n = 1 + next(3); k < n; ++k) {
+            std::string term;
+            for (std::uint32_t a = 0, rank = next(4); a < rank; ++a) term += pool[next(5)];
+            Shape shape;
+            for (char l : term) {
+                // size 1 broadcasts; a repeated letter (a diagonal) keeps its size
+                const bool once = std::count(term.begin(), term.end(), l) == 1;
+                shape.push_back(once && next(6) == 0 ? 1 : size[l]);
+                if (used.find(l) == std::string::npos) used += l;
+            }
+            c.equation += (k ? "," : "") + term;
+            c.shapes.push_back(shape);
+        }
+        std::string out;
+        for (char l : used)
+            if (next(2)) out.insert(out.begin() + next(static_cast<std::uint32_t>(out.size() + 1)), l);
+        c.equation += "->" + out;
+        c.reference = c.equation;
+        cases.push_back(c);
+    }
+    TempDir tmp;
+    write(einsum_model(cases), tmp.path / "einsum.onnx");
+    const CliResult r = run_cli("run einsum.onnx" + einsum_inputs(tmp, cases) + " --trace t", tmp.path);
+    BOOST_TEST_REQUIRE(r.code == 0, r.err);
+    for (std::size_t k = 0; k < cases.size(); ++k) {
+        std::vector<Tensor> ops;
+        for (std::size_t j = 0; j < cases[k].shapes.size(); ++j)
+            ops.push_back(load_npy(tmp.path / ("c" + std::to_string(k) + "_" + std::to_string(j) + ".npy")));
+        Shape shape;
+        const std::vector<double> want = einsum_reference(cases[k].reference, ops, &shape);
+        const Tensor y = load_npy(tmp.path / "t" / ("y" + std::to_string(k) + ".npy"));
+        BOOST_TEST_REQUIRE((y.shape() == shape), cases[k].equation << ": shape (" << shape_str(y.shape()) << ")");
+        for (std::size_t i = 0; i < want.size(); ++i)
+            BOOST_TEST(std::fabs(y.at_flat(i) - want[i]) <= 1e-5 * std::max(1.0, std::fabs(want[i])),
+                       cases[k].equation << " [" << i << "] = " << y.at_flat(i) << ", want " << want[i]);
+    }
+}
+
 // The same model run by ONNX Runtime (npm onnxruntime-node): every output within 1e-5
 BOOST_AUTO_TEST_CASE(einsum_matches_onnx_runtime) {
     BOOST_TEST_REQUIRE(fs::is_directory(source_dir() / "tests" / "node" / "node_modules" / "onnxruntime-node"),
