@@ -2,7 +2,8 @@
 # Builds the libFuzzer targets (preset asan: clang, ASan + UBSan) and fuzzes them, all three at
 # once, for SECONDS (default 60),
 # starting from the seed corpora: graphs/*.json and tests/data/malformed/ for graph files,
-# fuzz/corpus/npy/ and tests/data/ .npy files for the .npy reader, tests/data/onnx/ for the ONNX importer. A crash leaves its input in
+# fuzz/corpus/npy/ and tests/data/ .npy files for the .npy reader, tests/data/onnx/ and fuzz/corpus/onnx/
+# (a torch export of einsums: ellipsis, diagonals, capitals) for the ONNX importer. A crash leaves its input in
 # build/asan/findings/ and fails; turn it into a regression test (tests/data/regressions/).
 # usage: scripts/fuzz.sh [SECONDS]
 set -euo pipefail
@@ -25,7 +26,7 @@ graph_pid=$!
 "$bin/fuzz_npy" "${common[@]}" -max_len=4096 "$work/npy" fuzz/corpus/npy tests/data/regressions \
   2>"$work/npy.log" &
 npy_pid=$!
-"$bin/fuzz_onnx" "${common[@]}" -max_len=16384 "$work/onnx" tests/data/onnx tests/data/regressions \
+"$bin/fuzz_onnx" "${common[@]}" -max_len=16384 "$work/onnx" tests/data/onnx fuzz/corpus/onnx tests/data/regressions \
   2>"$work/onnx.log" &
 onnx_pid=$!
 status=0
