@@ -920,6 +920,34 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
         define(out0, name, arg(0).shape, et);
         return;
     }
+    if (op == "Gelu") {  // opset 20: written out as torch exports it before (x·½(1 + erf(x/√2)), or tanh's form)
+        check_attrs({"approximate"});
+        const auto* a = onnx_fold::find_attr(node, "approximate");
+        const std::string approximate = a ? a->s() : "none";
+        if (approximate != "none" && approximate != "tanh")
+            throw GraphError(where + ": approximate '" + approximate + "' is not 'none' or 'tanh'; shapes " +
+                             shapes_text());
+        const std::string x = materialize(node.input(0)), name = out_name(0);
+        auto step = [&](const std::string& o, const std::string& suffix, const std::vector<std::string>& inputs,
+                        const json& attrs = json::object()) {
+            const std::string n = unique(name + "." + suffix);
+            emit(o, n, inputs, attrs);
+            return n;
+        };
+        std::string inner;  // erf(x/√2) or tanh(√(2/π)·(x + 0.044715·x³))
+        if (approximate == "none") {
+            inner = step("Erf", "erf", {step("Scale", "scaled", {x}, {{"factor", 1 / std::sqrt(2.0)}})});
+        } else {
+            const std::string cube = step("Pow", "cube", {x}, {{"exponent", 3.0}});
+            const std::string sum =
+                step("Add", "sum", {x, step("Scale", "cube_scaled", {cube}, {{"factor", 0.044715}})});
+            inner = step("Tanh", "tanh", {step("Scale", "scaled", {sum}, {{"factor", std::sqrt(2 / M_PI)}})});
+        }
+        const std::string half_x = step("Scale", "half_x", {x}, {{"factor", 0.5}});
+        emit("Mul", name, {half_x, step("Add", "one_plus", {inner, scalar(name + ".one", 1)})});
+        define(out0, name, arg(0).shape, et);
+        return;
+    }
     if (op == "LeakyRelu") {
         check_attrs({"alpha"});
         const std::string name = out_name(0);

@@ -813,6 +813,57 @@ BOOST_AUTO_TEST_CASE(clip_before_opset_11_reads_its_bounds_from_attributes) {
     }
 }
 
+// Gelu (opset 20), both forms, against the plain formulas in double (std::erf, std::tanh) and
+// against ONNX Runtime; an approximation ONNX does not define is refused
+BOOST_AUTO_TEST_CASE(gelu_imports_with_both_approximations) {
+    TempDir tmp;
+    onnx::GraphProto g;
+    add_input(g, "X", {2, 5});
+    add_node(g, "Gelu", {"X"}, {"E"});
+    auto* t = add_node(g, "Gelu", {"X"}, {"T"});
+    auto* a = t->add_attribute();
+    a->set_name("approximate");
+    a->set_type(onnx::AttributeProto::STRING);
+    a->set_s("tanh");
+    add_output(g, "E");
+    add_output(g, "T");
+    onnx::ModelProto m = model_of(g);
+    m.mutable_opset_import(0)->set_version(20);
+    write(m, tmp.path / "gelu.onnx");
+    const std::vector<float> x = {-6.0f, -2.5f, -1.0f, -0.25f, 0.0f, 1e-3f, 0.5f, 1.0f, 3.0f, 8.0f};
+    save_npy(tmp.path / "X.npy",
+             Tensor(Array<float>({{x[0], x[1], x[2], x[3], x[4]}, {x[5], x[6], x[7], x[8], x[9]}})));
+    const CliResult r = run_cli("run gelu.onnx --input X=X.npy --trace t", tmp.path);
+    BOOST_TEST_REQUIRE(r.code == 0, r.err);
+    const Tensor e = load_npy(tmp.path / "t" / "E.npy"), th = load_npy(tmp.path / "t" / "T.npy");
+    for (std::size_t i = 0; i < x.size(); ++i) {
+        const double v = x[i];
+        const double exact = 0.5 * v * (1 + std::erf(v / std::sqrt(2.0)));
+        const double approx = 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
+        BOOST_TEST(std::fabs(e.at_flat(i) - exact) <= 1e-6 * std::max(1.0, std::fabs(exact)),
+                   i << ": " << e.at_flat(i));
+        BOOST_TEST(std::fabs(th.at_flat(i) - approx) <= 1e-6 * std::max(1.0, std::fabs(approx)),
+                   i << ": " << th.at_flat(i));
+    }
+    BOOST_TEST(std::fabs(e.at_flat(2) - th.at_flat(2)) > 1e-5);  // the two forms differ
+    BOOST_TEST_REQUIRE(fs::is_directory(source_dir() / "tests" / "node" / "node_modules" / "onnxruntime-node"),
+                       "onnxruntime-node is missing: run scripts/install-deps.sh");
+    const std::string out = (tmp.path / "ort.out").string();
+    const std::string cmd = "node '" + (source_dir() / "tests" / "node" / "ort_check.js").string() + "' '" +
+                            (tmp.path / "gelu.onnx").string() + "' '" + (tmp.path / "t").string() + "' 1e-6 >'" + out +
+                            "' 2>&1";
+    const int status = std::system(cmd.c_str());
+    const std::string report = slurp(out);
+    BOOST_TEST(status == 0, report);
+    BOOST_TEST(std::count(report.begin(), report.end(), '\n') == 2, report);
+    a->set_s("erf");
+    m = model_of(g);
+    m.mutable_opset_import(0)->set_version(20);
+    write(m, tmp.path / "erf.onnx");
+    expect_one_error(tmp, "check erf.onnx",
+                     "erf.onnx: node 'T' (Gelu): approximate 'erf' is not 'none' or 'tanh'; shapes (2x5)");
+}
+
 BOOST_AUTO_TEST_CASE(bad_clip_leaky_relu_max_nodes_give_one_error_line) {
     TempDir tmp;
     save_npy(tmp.path / "x.npy", Tensor(Array<float>({{1.0f, 2.0f, 3.0f}, {4.0f, 5.0f, 6.0f}})));
