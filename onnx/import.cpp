@@ -948,6 +948,13 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
         define(out0, name, arg(0).shape, et);
         return;
     }
+    if (op == "Reciprocal") {  // 1/x as a Div, exact (onnxscript and tf2onnx write rsqrt as Reciprocal(Sqrt))
+        check_attrs({});
+        const std::string x = materialize(node.input(0)), name = out_name(0);
+        emit("Div", name, {scalar(name + ".one", 1), x});
+        define(out0, name, arg(0).shape, et);
+        return;
+    }
     if (op == "LeakyRelu") {
         check_attrs({"alpha"});
         const std::string name = out_name(0);

@@ -864,6 +864,50 @@ BOOST_AUTO_TEST_CASE(gelu_imports_with_both_approximations) {
                      "erf.onnx: node 'T' (Gelu): approximate 'erf' is not 'none' or 'tanh'; shapes (2x5)");
 }
 
+// Reciprocal of computed values (and rsqrt as Reciprocal(Sqrt)), against 1/x in double and
+// ONNX Runtime; the gradient of sum(R) + sum(RS): -1/x² - x^(-3/2)/2
+BOOST_AUTO_TEST_CASE(reciprocal_imports_and_differentiates) {
+    TempDir tmp;
+    onnx::GraphProto g;
+    add_input(g, "X", {2, 3});
+    add_node(g, "Reciprocal", {"X"}, {"R"});
+    add_node(g, "Sqrt", {"X"}, {"S"});
+    add_node(g, "Reciprocal", {"S"}, {"RS"});
+    add_output(g, "R");
+    add_output(g, "RS");
+    write(model_of(g), tmp.path / "recip.onnx");
+    const std::vector<float> x = {0.5f, 3.0f, 7.0f, 1e-3f, 100.0f, 1.0f};
+    save_npy(tmp.path / "X.npy", Tensor(Array<float>({{x[0], x[1], x[2]}, {x[3], x[4], x[5]}})));
+    const CliResult r = run_cli("run recip.onnx --input X=X.npy --trace t", tmp.path);
+    BOOST_TEST_REQUIRE(r.code == 0, r.err);
+    const Tensor rec = load_npy(tmp.path / "t" / "R.npy"), rs = load_npy(tmp.path / "t" / "RS.npy");
+    for (std::size_t i = 0; i < x.size(); ++i) {
+        BOOST_TEST(rec.at_flat(i) == static_cast<double>(1.0f / x[i]), i);  // one division, exactly rounded
+        const double want = 1 / std::sqrt(static_cast<double>(x[i]));
+        BOOST_TEST(std::fabs(rs.at_flat(i) - want) <= 1e-6 * want, i);
+    }
+    const CliResult d = run_cli("grad recip.onnx --input X=X.npy --wrt X --trace g", tmp.path);
+    BOOST_TEST_REQUIRE(d.code == 0, d.err);
+    const auto manifest = nlohmann::json::parse(slurp(tmp.path / "g" / "manifest.json"));
+    std::string file;
+    for (const auto& e : manifest["entries"])
+        if (e.value("name", std::string()) == "X") file = e.value("grad", std::string());
+    BOOST_TEST_REQUIRE(!file.empty());
+    const Tensor dx = load_npy(tmp.path / "g" / file);
+    for (std::size_t i = 0; i < x.size(); ++i) {
+        const double v = x[i], want = -1 / (v * v) - 0.5 / (v * std::sqrt(v));
+        BOOST_TEST(std::fabs(dx.at_flat(i) - want) <= 1e-6 * std::fabs(want), i << ": " << dx.at_flat(i));
+    }
+    BOOST_TEST_REQUIRE(fs::is_directory(source_dir() / "tests" / "node" / "node_modules" / "onnxruntime-node"),
+                       "onnxruntime-node is missing: run scripts/install-deps.sh");
+    const std::string out = (tmp.path / "ort.out").string();
+    const std::string cmd = "node '" + (source_dir() / "tests" / "node" / "ort_check.js").string() + "' '" +
+                            (tmp.path / "recip.onnx").string() + "' '" + (tmp.path / "t").string() + "' 1e-6 >'" + out +
+                            "' 2>&1";
+    const int status = std::system(cmd.c_str());
+    BOOST_TEST(status == 0, slurp(out));
+}
+
 BOOST_AUTO_TEST_CASE(bad_clip_leaky_relu_max_nodes_give_one_error_line) {
     TempDir tmp;
     save_npy(tmp.path / "x.npy", Tensor(Array<float>({{1.0f, 2.0f, 3.0f}, {4.0f, 5.0f, 6.0f}})));
