@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <numeric>
 #include <set>
 
@@ -497,6 +498,11 @@ std::vector<OnnxTensor> fold(const onnx::NodeProto& node, const std::vector<cons
             } else if (shape[i] < 0) {
                 throw ShapeError(where + ": negative size in the shape");
             } else {
+                // a product past int64 is far more than any input's element count
+                if (shape[i] && known > std::numeric_limits<std::int64_t>::max() / shape[i])
+                    throw ShapeError(where + ": a reshape to (" + shape_text(shape) +
+                                     ") has more elements than int64 counts; the input has " +
+                                     std::to_string(x.values.size()));
                 known *= shape[i];
             }
         }
