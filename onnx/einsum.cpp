@@ -97,6 +97,7 @@ public:
 
         // the operands' labels, "..." expanded right-aligned over E axes
         std::vector<std::vector<Label>> parsed;
+        std::vector<std::size_t> covered;  // the axes each operand's "..." stands for
         std::size_t E = 0;
         for (std::size_t k = 0; k < in.size(); ++k) {
             parsed.push_back(parse_term(terms[k], m_where));
@@ -108,14 +109,14 @@ public:
                 throw ShapeError(m_where + ": operand " + std::to_string(k) + " of shape " + shape_text(in[k].shape) +
                                  " has " + std::to_string(rank) + " axes, its term '" + terms[k] + "' names " +
                                  std::to_string(letters) + (has_ellipsis ? " and '...'" : ""));
-            if (has_ellipsis) E = std::max(E, rank - letters);
+            covered.push_back(rank - letters);
+            E = std::max(E, covered.back());
         }
         std::vector<Term> ops;
         std::map<Label, int> count;  // occurrences over every operand, for the implicit output
         for (std::size_t k = 0; k < in.size(); ++k) {
             Term t{in[k].name, {}, in[k].shape};
-            const bool has_ellipsis = std::count(parsed[k].begin(), parsed[k].end(), -1) > 0;
-            const std::size_t e = in[k].shape.size() - (parsed[k].size() - (has_ellipsis ? 1 : 0));
+            const std::size_t e = covered[k];
             for (Label l : parsed[k]) {
                 if (l != -1) {
                     t.labels.push_back(l);
@@ -157,7 +158,7 @@ public:
 
         // every label's size: equal within an operand (a diagonal), across operands equal or 1
         // broadcasting against it
-        std::map<Label, std::size_t> first;  // the operand that gave a label its size
+        std::map<Label, std::size_t> size, first;  // a label's size, and the operand that gave it
         for (std::size_t k = 0; k < ops.size(); ++k) {
             std::map<Label, std::size_t> own;
             for (std::size_t a = 0; a < ops[k].labels.size(); ++a) {
@@ -171,7 +172,7 @@ public:
                                      ": a diagonal needs equal sizes");
             }
             for (const auto& [l, n] : own) {
-                const auto [it, added] = m_size.emplace(l, n);
+                const auto [it, added] = size.emplace(l, n);
                 if (added || it->second == n || n == 1) {
                     if (added) first[l] = k;
                     continue;
@@ -339,18 +340,16 @@ private:
                      {{"axes", {static_cast<std::int64_t>(axis)}}, {"keepdims", 1}, {"noop_with_empty_axes", 0}});
             big.shape[static_cast<std::size_t>(axis)] = 1;
         }
-        auto sizes = [](const Term& t, const std::vector<Label>& ls, const std::function<std::size_t(Label)>& of) {
+        auto sizes = [&](const Term& t, const std::vector<Label>& ls) {
             Shape s;
-            for (Label l : ls) s.push_back(of(l));
+            for (Label l : ls) s.push_back(size_in(t, l));
             return s;
         };
-        auto in_x = [&](Label l) { return size_in(x, l); };
-        auto in_y = [&](Label l) { return size_in(y, l); };
         auto product_of = [](const Shape& s) {
             return std::accumulate(s.begin(), s.end(), std::size_t{1}, std::multiplies<>());
         };
-        const Shape bx = sizes(x, batch, in_x), by = sizes(y, batch, in_y);
-        const Shape rs = sizes(x, rows, in_x), cs = sizes(y, cols, in_y);
+        const Shape bx = sizes(x, batch), by = sizes(y, batch);
+        const Shape rs = sizes(x, rows), cs = sizes(y, cols);
         Term r;
         r.labels = batch;
         r.labels.insert(r.labels.end(), rows.begin(), rows.end());
@@ -374,7 +373,7 @@ private:
             r.name = node("Mul", "." + tag, {nx, ny}, nlohmann::json::object());
             return r;
         }
-        const std::size_t K = product_of(sizes(x, inner, in_x));
+        const std::size_t K = product_of(sizes(x, inner));
         std::vector<Label> lx = batch, ly = batch;
         lx.insert(lx.end(), rows.begin(), rows.end());
         lx.insert(lx.end(), inner.begin(), inner.end());
@@ -399,7 +398,6 @@ private:
     const EinsumSink& m_sink;
     std::string m_where;
     std::vector<Label> m_out;
-    std::map<Label, std::size_t> m_size;
     std::vector<nlohmann::json> m_nodes;
     int m_diagonals = 0;
 };

@@ -567,29 +567,20 @@ private:
         m_values[vi.name()] = std::move(v);
     }
 
-    // A float scalar constant of our own named `name`, materialized: its attngraph name.
-    std::string scalar(const std::string& name, double value) {
+    // A constant of our own named `name` (type `elem_type`, `shape`, row-major `values`),
+    // materialized: its attngraph name.
+    std::string constant(const std::string& name, int elem_type, const Shape& shape, std::vector<double> values) {
         Value c;
         c.is_const = true;
-        c.c = OnnxTensor{TP::FLOAT, {}, {value}};
-        c.elem_type = TP::FLOAT;
+        c.c = OnnxTensor{elem_type, to_i64(shape), std::move(values)};
+        c.elem_type = elem_type;
         m_values[name] = c;
         m_synthetic.insert(name);
         return materialize(name);
     }
 
-    // An int64 constant of our own of `shape`, materialized: its attngraph name.
-    std::string constant(const std::string& base, const Shape& shape, const std::vector<double>& values) {
-        const std::string name = unique(base);
-        Value c;
-        c.is_const = true;
-        c.c = OnnxTensor{TP::INT64, to_i64(shape), values};
-        c.elem_type = TP::INT64;
-        m_values[name] = c;
-        m_synthetic.insert(name);
-        m_used.erase(name);  // materialize takes the name itself
-        return materialize(name);
-    }
+    // A float scalar constant of our own named `name`, materialized: its attngraph name.
+    std::string scalar(const std::string& name, double value) { return constant(name, TP::FLOAT, {}, {value}); }
 
     // The attngraph name of a value; a constant becomes a param on first use. A zero-size
     // constant (an empty Slice) may only be a graph output: no op takes zero-size inputs.
@@ -1275,7 +1266,7 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
                 emit(o, n, inputs, attrs);
             },
             [&](const std::string& base, const Shape& s, const std::vector<double>& values) {
-                return constant(base, s, values);
+                return constant(base, TP::INT64, s, values);
             }};
         const Shape s = onnx_import::expand_einsum(name, eq->s(), operands, sink, where);
         define(out0, name, s, et);

@@ -84,6 +84,25 @@ void write(const onnx::ModelProto& m, const fs::path& p) {
     m.SerializeToOstream(&out);
 }
 
+// ONNX Runtime (npm onnxruntime-node, tests/node/ort_check.js) runs `model` on the inputs in
+// the trace directory `trace` and compares each output with the trace's within `tolerance`:
+// the script's exit status (0: all within) and its report, a line per output.
+struct OrtCheck {
+    int status;
+    std::string report;
+    long lines() const { return std::count(report.begin(), report.end(), '\n'); }
+};
+OrtCheck ort_check(const fs::path& model, const fs::path& trace, const std::string& tolerance) {
+    BOOST_TEST_REQUIRE(fs::is_directory(source_dir() / "tests" / "node" / "node_modules" / "onnxruntime-node"),
+                       "onnxruntime-node is missing: run scripts/install-deps.sh");
+    const fs::path out = trace.parent_path() / "ort.out";
+    const std::string cmd = "node '" + (source_dir() / "tests" / "node" / "ort_check.js").string() + "' '" +
+                            model.string() + "' '" + trace.string() + "' " + tolerance + " >'" + out.string() +
+                            "' 2>&1";
+    const int status = std::system(cmd.c_str());
+    return {status, slurp(out)};
+}
+
 // X (2x3) -> /attn/MatMul (X·W) -> + b -> reshaped through Shape/Gather/Concat arithmetic ->
 // Softmax over the last axis -> Y (2x4)
 onnx::GraphProto torch_style() {
@@ -744,22 +763,15 @@ BOOST_AUTO_TEST_CASE(abs_clip_leaky_relu_softplus_max_min_import_with_numpys_val
 // The same model run by ONNX Runtime (npm onnxruntime-node, tests/node/): every output within
 // 1e-6 of attngraph's (finite inputs: the comparison counts NaN as a difference)
 BOOST_AUTO_TEST_CASE(abs_clip_leaky_relu_softplus_max_min_match_onnx_runtime) {
-    BOOST_TEST_REQUIRE(fs::is_directory(source_dir() / "tests" / "node" / "node_modules" / "onnxruntime-node"),
-                       "onnxruntime-node is missing: run scripts/install-deps.sh");
     TempDir tmp;
     write(model_of(activations()), tmp.path / "act.onnx");
     save_npy(tmp.path / "x.npy", Tensor(Array<float>({{-3.0f, -0.5f, 0.1f, 0.5f}, {1.25f, 2.0f, 30.0f, -20.0f}})));
     save_npy(tmp.path / "y.npy", Tensor(Array<float>({0.25f, -1.0f, 0.1f, 9.0f})));
     const CliResult r = run_cli("run act.onnx --input X=x.npy --input Y=y.npy --trace t", tmp.path);
     BOOST_TEST_REQUIRE(r.code == 0, r.err);
-    const std::string out = (tmp.path / "ort.out").string();
-    const std::string cmd = "node '" + (source_dir() / "tests" / "node" / "ort_check.js").string() + "' '" +
-                            (tmp.path / "act.onnx").string() + "' '" + (tmp.path / "t").string() + "' 1e-6 >'" + out +
-                            "' 2>&1";
-    const int status = std::system(cmd.c_str());
-    const std::string report = slurp(out);
-    BOOST_TEST(status == 0, report);
-    BOOST_TEST(std::count(report.begin(), report.end(), '\n') == 9, report);  // one line per output
+    const OrtCheck ort = ort_check(tmp.path / "act.onnx", tmp.path / "t", "1e-6");
+    BOOST_TEST(ort.status == 0, ort.report);
+    BOOST_TEST(ort.lines() == 9, ort.report);  // one line per output
 }
 
 // Max and Min of constants fold at import: every input (three here), NaN propagating as in
@@ -846,16 +858,9 @@ BOOST_AUTO_TEST_CASE(gelu_imports_with_both_approximations) {
                    i << ": " << th.at_flat(i));
     }
     BOOST_TEST(std::fabs(e.at_flat(2) - th.at_flat(2)) > 1e-5);  // the two forms differ
-    BOOST_TEST_REQUIRE(fs::is_directory(source_dir() / "tests" / "node" / "node_modules" / "onnxruntime-node"),
-                       "onnxruntime-node is missing: run scripts/install-deps.sh");
-    const std::string out = (tmp.path / "ort.out").string();
-    const std::string cmd = "node '" + (source_dir() / "tests" / "node" / "ort_check.js").string() + "' '" +
-                            (tmp.path / "gelu.onnx").string() + "' '" + (tmp.path / "t").string() + "' 1e-6 >'" + out +
-                            "' 2>&1";
-    const int status = std::system(cmd.c_str());
-    const std::string report = slurp(out);
-    BOOST_TEST(status == 0, report);
-    BOOST_TEST(std::count(report.begin(), report.end(), '\n') == 2, report);
+    const OrtCheck ort = ort_check(tmp.path / "gelu.onnx", tmp.path / "t", "1e-6");
+    BOOST_TEST(ort.status == 0, ort.report);
+    BOOST_TEST(ort.lines() == 2, ort.report);
     a->set_s("erf");
     m = model_of(g);
     m.mutable_opset_import(0)->set_version(20);
@@ -898,14 +903,8 @@ BOOST_AUTO_TEST_CASE(reciprocal_imports_and_differentiates) {
         const double v = x[i], want = -1 / (v * v) - 0.5 / (v * std::sqrt(v));
         BOOST_TEST(std::fabs(dx.at_flat(i) - want) <= 1e-6 * std::fabs(want), i << ": " << dx.at_flat(i));
     }
-    BOOST_TEST_REQUIRE(fs::is_directory(source_dir() / "tests" / "node" / "node_modules" / "onnxruntime-node"),
-                       "onnxruntime-node is missing: run scripts/install-deps.sh");
-    const std::string out = (tmp.path / "ort.out").string();
-    const std::string cmd = "node '" + (source_dir() / "tests" / "node" / "ort_check.js").string() + "' '" +
-                            (tmp.path / "recip.onnx").string() + "' '" + (tmp.path / "t").string() + "' 1e-6 >'" + out +
-                            "' 2>&1";
-    const int status = std::system(cmd.c_str());
-    BOOST_TEST(status == 0, slurp(out));
+    const OrtCheck ort = ort_check(tmp.path / "recip.onnx", tmp.path / "t", "1e-6");
+    BOOST_TEST(ort.status == 0, ort.report);
 }
 
 BOOST_AUTO_TEST_CASE(bad_clip_leaky_relu_max_nodes_give_one_error_line) {
@@ -1091,13 +1090,14 @@ std::string einsum_inputs(const TempDir& tmp, const std::vector<EinsumCase>& cas
     return args;
 }
 
-BOOST_AUTO_TEST_CASE(einsum_imports_with_numpys_values) {
-    TempDir tmp;
-    const auto& cases = einsum_cases();
+// Runs every case in one model (inputs from einsum_inputs, every node traced to tmp/t) and
+// checks each output against einsum_reference within `tolerance` (relative, absolute below 1);
+// returns the trace's manifest
+nlohmann::json run_einsums_against_the_plain_loops(const TempDir& tmp, const std::vector<EinsumCase>& cases,
+                                                   double tolerance) {
     write(einsum_model(cases), tmp.path / "einsum.onnx");
     const CliResult r = run_cli("run einsum.onnx" + einsum_inputs(tmp, cases) + " --trace t", tmp.path);
     BOOST_TEST_REQUIRE(r.code == 0, r.err);
-    const auto manifest = nlohmann::json::parse(slurp(tmp.path / "t" / "manifest.json"));
     for (std::size_t k = 0; k < cases.size(); ++k) {
         std::vector<Tensor> ops;
         for (std::size_t j = 0; j < cases[k].shapes.size(); ++j)
@@ -1107,8 +1107,17 @@ BOOST_AUTO_TEST_CASE(einsum_imports_with_numpys_values) {
         const Tensor y = load_npy(tmp.path / "t" / ("y" + std::to_string(k) + ".npy"));
         BOOST_TEST_REQUIRE((y.shape() == shape), cases[k].equation << ": shape (" << shape_str(y.shape()) << ")");
         for (std::size_t i = 0; i < want.size(); ++i)
-            BOOST_TEST(std::fabs(y.at_flat(i) - want[i]) <= 1e-6 * std::max(1.0, std::fabs(want[i])),
+            BOOST_TEST(std::fabs(y.at_flat(i) - want[i]) <= tolerance * std::max(1.0, std::fabs(want[i])),
                        cases[k].equation << " [" << i << "] = " << y.at_flat(i) << ", want " << want[i]);
+    }
+    return nlohmann::json::parse(slurp(tmp.path / "t" / "manifest.json"));
+}
+
+BOOST_AUTO_TEST_CASE(einsum_imports_with_numpys_values) {
+    TempDir tmp;
+    const auto& cases = einsum_cases();
+    const nlohmann::json manifest = run_einsums_against_the_plain_loops(tmp, cases, 1e-6);
+    for (std::size_t k = 0; k < cases.size(); ++k) {
         // the ops the lowering is meant to use, among the case's traced nodes (y<k> and y<k>.*)
         std::set<std::string> used;
         const std::string y_name = "y" + std::to_string(k);
@@ -1157,41 +1166,20 @@ BOOST_AUTO_TEST_CASE(random_einsums_match_the_plain_loops) {
         cases.push_back(c);
     }
     TempDir tmp;
-    write(einsum_model(cases), tmp.path / "einsum.onnx");
-    const CliResult r = run_cli("run einsum.onnx" + einsum_inputs(tmp, cases) + " --trace t", tmp.path);
-    BOOST_TEST_REQUIRE(r.code == 0, r.err);
-    for (std::size_t k = 0; k < cases.size(); ++k) {
-        std::vector<Tensor> ops;
-        for (std::size_t j = 0; j < cases[k].shapes.size(); ++j)
-            ops.push_back(load_npy(tmp.path / ("c" + std::to_string(k) + "_" + std::to_string(j) + ".npy")));
-        Shape shape;
-        const std::vector<double> want = einsum_reference(cases[k].reference, ops, &shape);
-        const Tensor y = load_npy(tmp.path / "t" / ("y" + std::to_string(k) + ".npy"));
-        BOOST_TEST_REQUIRE((y.shape() == shape), cases[k].equation << ": shape (" << shape_str(y.shape()) << ")");
-        for (std::size_t i = 0; i < want.size(); ++i)
-            BOOST_TEST(std::fabs(y.at_flat(i) - want[i]) <= 1e-5 * std::max(1.0, std::fabs(want[i])),
-                       cases[k].equation << " [" << i << "] = " << y.at_flat(i) << ", want " << want[i]);
-    }
+    run_einsums_against_the_plain_loops(tmp, cases, 1e-5);
 }
 
 // The same model run by ONNX Runtime (npm onnxruntime-node): every output within 1e-5
 BOOST_AUTO_TEST_CASE(einsum_matches_onnx_runtime) {
-    BOOST_TEST_REQUIRE(fs::is_directory(source_dir() / "tests" / "node" / "node_modules" / "onnxruntime-node"),
-                       "onnxruntime-node is missing: run scripts/install-deps.sh");
     TempDir tmp;
     const auto& cases = einsum_cases();
     write(einsum_model(cases, true), tmp.path / "einsum.onnx");
     const CliResult r = run_cli("run einsum.onnx" + einsum_inputs(tmp, cases, true) + " --trace t", tmp.path);
     BOOST_TEST_REQUIRE(r.code == 0, r.err);
-    const std::string out = (tmp.path / "ort.out").string();
-    const std::string cmd = "node '" + (source_dir() / "tests" / "node" / "ort_check.js").string() + "' '" +
-                            (tmp.path / "einsum.onnx").string() + "' '" + (tmp.path / "t").string() + "' 1e-5 >'" +
-                            out + "' 2>&1";
-    const int status = std::system(cmd.c_str());
-    const std::string report = slurp(out);
-    BOOST_TEST(status == 0, report);
+    const OrtCheck ort = ort_check(tmp.path / "einsum.onnx", tmp.path / "t", "1e-5");
+    BOOST_TEST(ort.status == 0, ort.report);
     const auto compared = std::count_if(cases.begin(), cases.end(), [](const EinsumCase& c) { return c.ort; });
-    BOOST_TEST(std::count(report.begin(), report.end(), '\n') == compared, report);
+    BOOST_TEST(ort.lines() == compared, ort.report);
 }
 
 // d sum(Y·W) / dA and dB of an attention-score einsum against the plain loops' derivative:
@@ -1259,7 +1247,7 @@ BOOST_AUTO_TEST_CASE(attention_written_with_einsum_runs_fused) {
                              [](const Step& s) { return s.kind == StepKind::attention; }) == 1,
                plan.describe(graph));
     std::vector<EinsumCase> shapes = {{"", "", {{1, 2, 6, 4}, {1, 2, 6, 4}, {1, 2, 6, 4}}, {}}};
-    const std::string inputs = einsum_inputs(tmp, shapes);
+    einsum_inputs(tmp, shapes);
     const CliResult r =
         run_cli("run attn.onnx --input Q=c0_0.npy --input K=c0_1.npy --input V=c0_2.npy --trace t --only O", tmp.path);
     BOOST_TEST_REQUIRE(r.code == 0, r.err);
