@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <limits>
 #include <mutex>
+#include <type_traits>
 
 #include "engine/parallel.hpp"
 #include "engine/softmax_kernel.hpp"
@@ -160,6 +161,20 @@ AttentionKernel<T>::AttentionKernel(const AttentionSpec& spec, In<T> in)
         for (std::size_t e = 0; e < (v1 - v0) * v_size; ++e) bad |= x[e] * T(0) != T(0);
         if (bad) v_bad.store(true, std::memory_order_relaxed);
     });
+    // f32: K packed once per matrix for the attention kernels (a key span of fewer than a
+    // panel's keys is left to gemm: a tiny graph's run allocates nothing more)
+    if constexpr (std::is_same_v<T, float>) {
+        const std::size_t dk = spec.dk;
+        m_products = m >= attention_gemm::panel && dk ? attention_gemm::kernels() : nullptr;
+        if (m_products) {
+            const std::size_t k_matrices = in[1]->size() / (m * dk), packed = attention_gemm::packed_size(m, dk);
+            m_packed_k.resize(k_matrices * packed);
+            parallel_chunks(k_matrices, grain_for(m * dk), [&](std::size_t k0, std::size_t k1) {
+                for (std::size_t k = k0; k < k1; ++k)
+                    attention_gemm::pack_keys(m_k + k * m * dk, m, dk, m_packed_k.data() + k * packed);
+            });
+        }
+    }
     if (v_bad.load(std::memory_order_relaxed)) {
         m_v_bad.assign(v_matrices * dv, Span{0, 0});
         for (std::size_t v = 0; v < v_matrices; ++v)
@@ -186,6 +201,32 @@ void AttentionKernel<T>::poison_columns(std::size_t v, std::size_t lo, std::size
         if (bad.lo == bad.hi || (lo < hi && bad.lo >= lo && bad.hi <= hi)) continue;
         for (std::size_t r = 0; r < rows; ++r) o[r * dv + c] = nan;
     }
+}
+
+template <class T>
+void AttentionKernel<T>::scores(const T* q, std::size_t rows, std::size_t kmat, std::size_t from, std::size_t to, T* s,
+                                std::size_t ld) const {
+    if (from >= to) return;
+    const std::size_t m = m_spec.m, dk = m_spec.dk;
+    if constexpr (std::is_same_v<T, float>)
+        if (m_products) {
+            m_products->scores(q, rows, dk, m_packed_k.data() + kmat * attention_gemm::packed_size(m, dk), from, to, s,
+                               ld);
+            return;
+        }
+    gemm<T>(false, true, rows, to - from, dk, T(1), q, dk, m_k + (kmat * m + from) * dk, dk, T(0), s, ld);
+}
+
+template <class T>
+void AttentionKernel<T>::weighted_sum(const T* a, std::size_t lda, std::size_t rows, const T* v, std::size_t keys,
+                                      T* o) const {
+    const std::size_t dv = m_spec.dv;
+    if constexpr (std::is_same_v<T, float>)
+        if (m_products && dv % m_products->value_width == 0) {
+            m_products->weighted_sum(a, lda, rows, v, keys, dv, o);
+            return;
+        }
+    gemm<T>(false, false, rows, dv, keys, T(1), a, lda, v, dv, T(0), o, dv);
 }
 
 template <class T>
@@ -513,17 +554,16 @@ typename AttentionKernel<T>::Weights AttentionKernel<T>::weights(const Block& bl
     // S_raw = Q·Kᵀ on those keys; the softmax's keys [lo, hi) by one GEMM call whatever is
     // kept, so that tracing changes none of their bits
     const T* q = m_q + (blk.b * spec.n + blk.r0) * dk;
-    const T* k = m_k + m_spec.k_offset[blk.b] * m * dk;
-    auto scores = [&](std::size_t from, std::size_t to) {
-        if (from < to)
-            gemm<T>(false, true, blk.rows, to - from, dk, T(1), q, dk, k + from * dk, dk, T(0), s + (from - c0), ld);
+    const std::size_t kmat = m_spec.k_offset[blk.b];
+    auto scores_on = [&](std::size_t from, std::size_t to) {
+        scores(q, blk.rows, kmat, from, to, s + (from - c0), ld);
     };
     if (blk.lo < blk.hi) {
-        scores(c0, blk.lo);
-        scores(blk.lo, blk.hi);
-        scores(blk.hi, c1);
+        scores_on(c0, blk.lo);
+        scores_on(blk.lo, blk.hi);
+        scores_on(blk.hi, c1);
     } else {
-        scores(c0, c1);
+        scores_on(c0, c1);
     }
     const T neg_inf = -std::numeric_limits<T>::infinity();
     if (!spec.s_raw_outputs.empty()) write(spec.s_raw_outputs, kept, blk, s, ld, c0, spec.level[0], neg_inf);
@@ -604,8 +644,7 @@ void AttentionKernel<T>::forward(std::size_t b, std::size_t i, T* scratch, Out<T
         for (std::size_t r = 0; r < blk.rows && w.nan_rows.any(); ++r)
             if (w.nan_rows[r]) std::fill(o + r * dv, o + (r + 1) * dv, std::numeric_limits<T>::quiet_NaN());
     } else {
-        gemm<T>(false, false, blk.rows, dv, blk.hi - blk.lo, T(1), w.a, w.lda,
-                m_v + (m_spec.v_offset[blk.b] * m_spec.m + blk.lo) * dv, dv, T(0), o, dv);
+        weighted_sum(w.a, w.lda, blk.rows, m_v + (m_spec.v_offset[blk.b] * m_spec.m + blk.lo) * dv, blk.hi - blk.lo, o);
     }
     poison_columns(m_spec.v_offset[blk.b], blk.lo, blk.hi, blk.rows, o);
 }
@@ -690,7 +729,7 @@ void AttentionKernel<T>::forward_diff(std::size_t b, std::size_t i, T* scratch, 
             for (std::size_t j = lo; j < hi; ++j) d[r * ld + (j - lo)] = x.diff(j);
         }
     }
-    gemm<T>(false, false, b1.rows, dv, hi - lo, T(1), d, ld, m_v + (m_spec.v_offset[b] * m + lo) * dv, dv, T(0), o, dv);
+    weighted_sum(d, ld, b1.rows, m_v + (m_spec.v_offset[b] * m + lo) * dv, hi - lo, o);
     poison_columns(m_spec.v_offset[b], lo, hi, b1.rows, o);
 }
 

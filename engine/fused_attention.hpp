@@ -54,6 +54,7 @@
 
 #include <boost/container/small_vector.hpp>
 
+#include "engine/attention_gemm.hpp"
 #include "engine/gemm.hpp"
 #include "engine/kernel.hpp"
 #include "engine/tensor.hpp"
@@ -254,6 +255,12 @@ private:
     void sink_column(const Block& blk, T* column, Out<T> kept) const;
     void forward_diff(std::size_t b, std::size_t i, T* scratch, Out<T> kept, T* o) const;
     void poison_columns(std::size_t v, std::size_t lo, std::size_t hi, std::size_t rows, T* o) const;
+    // S = Q·Kᵀ of the block's rows (q) on the keys [from, to) of K's matrix kmat into s
+    // (row stride ld), and o = A·V of `rows` rows over `keys` keys (V's rows of dv from v,
+    // o's rows dv apart): engine/attention_gemm.hpp's kernels where they serve, else gemm.
+    void scores(const T* q, std::size_t rows, std::size_t kmat, std::size_t from, std::size_t to, T* s,
+                std::size_t ld) const;
+    void weighted_sum(const T* a, std::size_t lda, std::size_t rows, const T* v, std::size_t keys, T* o) const;
 
     const AttentionSpec& m_spec;
     const T* m_q;
@@ -276,6 +283,11 @@ private:
     // plain A·V multiplies them by the weights 0 of keys the step skips: NaN.
     std::vector<Span> m_v_bad;
     std::size_t m_batches = 0, m_blocks = 0;
+    // f32 on a CPU with the attention kernels (engine/attention_gemm.hpp), at sizes where they
+    // serve: the kernels, and each matrix of K packed for them (packed_size(m, dk) apart);
+    // otherwise null and empty (gemm)
+    const attention_gemm::Kernels* m_products = nullptr;
+    std::vector<T> m_packed_k;
 };
 
 /// @brief Runs the fused attention step: in = Q, K, V, operands; out = O, kept values.

@@ -1,0 +1,51 @@
+#include "engine/attention_gemm.hpp"
+
+#include <algorithm>
+
+#if defined(__x86_64__)
+#include <xsimd/xsimd.hpp>
+#endif
+
+namespace attngraph::attention_gemm {
+
+#if defined(__x86_64__)
+namespace detail {
+extern const Kernels avx512_kernels;  // attention_gemm_avx512.cpp
+extern const Kernels avx2_kernels;    // attention_gemm_avx2.cpp
+}  // namespace detail
+
+std::vector<const Kernels*> runnable() {
+    // the softmax kernel's choice (xsimd's: the instruction sets and the OS's saving of them)
+    const unsigned best = xsimd::available_architectures().best;
+    std::vector<const Kernels*> all;
+    if (best >= xsimd::avx512bw::version()) all.push_back(&detail::avx512_kernels);
+    if (best >= xsimd::fma3<xsimd::avx2>::version()) all.push_back(&detail::avx2_kernels);
+    return all;
+}
+#else
+std::vector<const Kernels*> runnable() {
+    return {};
+}
+#endif
+
+const Kernels* kernels() {
+    static const Kernels* const chosen = [] {
+        const std::vector<const Kernels*> all = runnable();
+        return all.empty() ? nullptr : all.front();
+    }();
+    return chosen;
+}
+
+void pack_keys(const float* k, std::size_t m, std::size_t dk, float* out) {
+    for (std::size_t p0 = 0; p0 < m; p0 += panel) {
+        float* pk = out + p0 * dk;  // panel p0 / panel: dk × panel
+        const std::size_t keys = std::min(panel, m - p0);
+        for (std::size_t d = 0; d < dk; ++d) {
+            float* row = pk + d * panel;
+            for (std::size_t j = 0; j < keys; ++j) row[j] = k[(p0 + j) * dk + d];
+            for (std::size_t j = keys; j < panel; ++j) row[j] = 0.0f;
+        }
+    }
+}
+
+}  // namespace attngraph::attention_gemm

@@ -1,0 +1,153 @@
+#pragma once
+// The kernels of engine/attention_gemm.hpp for one xsimd architecture. Included only by the
+// attention_gemm_*.cpp files, each compiled for its instruction set.
+#include <algorithm>
+#include <cstddef>
+#include <utility>
+
+#include <xsimd/xsimd.hpp>
+
+#include "engine/attention_gemm.hpp"
+
+namespace attngraph::attention_gemm::detail {
+
+// Register tiles: rows × vectors of accumulators, the vectors of K or V of one step and a
+// broadcast weight within the architecture's vector registers (32 with AVX-512, 16 with AVX2).
+template <class Arch>
+struct Tiles {
+    static constexpr bool wide = xsimd::batch<float, Arch>::size == 16;
+    static constexpr std::size_t score_rows = wide ? 12 : 6, score_vectors = 2;
+    static constexpr std::size_t value_rows = wide ? 6 : 6, value_vectors = wide ? 4 : 2;
+};
+
+// R rows of S on the keys of one tile (NV vectors): out[r·ldo + c] for the tile's c. pk: the
+// tile's first key in its panel (K's element d of that key at pk[d·panel]).
+template <class Arch, std::size_t R, std::size_t NV>
+[[gnu::always_inline]] inline void score_tile(const float* q, std::size_t dk, const float* pk, float* out,
+                                              std::size_t ldo) {
+    using B = xsimd::batch<float, Arch>;
+    B acc[R][NV];
+    for (std::size_t r = 0; r < R; ++r)
+        for (std::size_t v = 0; v < NV; ++v) acc[r][v] = B(0.0f);
+    for (std::size_t d = 0; d < dk; ++d) {
+        B k[NV];
+        for (std::size_t v = 0; v < NV; ++v) k[v] = B::load_unaligned(pk + d * panel + v * B::size);
+        for (std::size_t r = 0; r < R; ++r) {
+            const B x(q[r * dk + d]);
+            for (std::size_t v = 0; v < NV; ++v) acc[r][v] = xsimd::fma(x, k[v], acc[r][v]);
+        }
+    }
+    for (std::size_t r = 0; r < R; ++r)
+        for (std::size_t v = 0; v < NV; ++v) acc[r][v].store_unaligned(out + r * ldo + v * B::size);
+}
+
+// R rows of S on the keys [from, to) of the tile starting at key t0 (a part of it: through a
+// buffer).
+template <class Arch, std::size_t R, std::size_t NV>
+[[gnu::always_inline]] inline void score_rows(const float* q, std::size_t dk, const float* packed, std::size_t t0,
+                                              std::size_t from, std::size_t to, float* s, std::size_t lds) {
+    constexpr std::size_t width = NV * xsimd::batch<float, Arch>::size;
+    const float* pk = packed + (t0 / panel) * dk * panel + t0 % panel;
+    if (t0 >= from && t0 + width <= to) {
+        score_tile<Arch, R, NV>(q, dk, pk, s + (t0 - from), lds);
+        return;
+    }
+    alignas(64) float part[R * width];
+    score_tile<Arch, R, NV>(q, dk, pk, part, width);
+    const std::size_t lo = std::max(t0, from), hi = std::min(t0 + width, to);
+    for (std::size_t r = 0; r < R; ++r)
+        std::copy(part + r * width + (lo - t0), part + r * width + (hi - t0), s + r * lds + (lo - from));
+}
+
+// f.template operator()<R>() for the rows left after the whole tiles (1 ≤ rest < Max): one
+// tile of `rest` rows, as fast per row as a whole one.
+template <std::size_t Max, class F, std::size_t... R>
+inline void with_rest(std::size_t rest, F&& f, std::index_sequence<R...>) {
+    static_assert(sizeof...(R) + 1 == Max);
+    ((rest == R + 1 ? f.template operator()<R + 1>() : void()), ...);
+}
+
+template <class Arch>
+void scores(const float* q, std::size_t rows, std::size_t dk, const float* packed, std::size_t from, std::size_t to,
+            float* s, std::size_t lds) {
+    using T = Tiles<Arch>;
+    constexpr std::size_t R = T::score_rows, NV = T::score_vectors;
+    constexpr std::size_t width = NV * xsimd::batch<float, Arch>::size;
+    static_assert(panel % width == 0, "a tile lies within one panel");
+    const std::size_t whole = rows / R * R;
+    // key tiles outside, row tiles inside: a tile's K (dk × width) and the rows of Q stay in cache
+    for (std::size_t t0 = from / width * width; t0 < to; t0 += width) {
+        for (std::size_t r = 0; r < whole; r += R)
+            score_rows<Arch, R, NV>(q + r * dk, dk, packed, t0, from, to, s + r * lds, lds);
+        if (whole < rows)
+            with_rest<R>(
+                rows - whole,
+                [&]<std::size_t Rest>() {
+                    score_rows<Arch, Rest, NV>(q + whole * dk, dk, packed, t0, from, to, s + whole * lds, lds);
+                },
+                std::make_index_sequence<R - 1>{});
+    }
+}
+
+// R rows of O on NV vectors of its columns: o[r·dv + c] = Σ_j a[r·lda + j]·v[j·dv + c].
+template <class Arch, std::size_t R, std::size_t NV>
+[[gnu::always_inline]] inline void value_tile(const float* a, std::size_t lda, const float* v, std::size_t keys,
+                                              std::size_t dv, float* o) {
+    using B = xsimd::batch<float, Arch>;
+    B acc[R][NV];
+    for (std::size_t r = 0; r < R; ++r)
+        for (std::size_t c = 0; c < NV; ++c) acc[r][c] = B(0.0f);
+    for (std::size_t j = 0; j < keys; ++j) {
+        B x[NV];
+        for (std::size_t c = 0; c < NV; ++c) x[c] = B::load_unaligned(v + j * dv + c * B::size);
+        for (std::size_t r = 0; r < R; ++r) {
+            const B w(a[r * lda + j]);
+            for (std::size_t c = 0; c < NV; ++c) acc[r][c] = xsimd::fma(w, x[c], acc[r][c]);
+        }
+    }
+    for (std::size_t r = 0; r < R; ++r)
+        for (std::size_t c = 0; c < NV; ++c) acc[r][c].store_unaligned(o + r * dv + c * B::size);
+}
+
+template <class Arch, std::size_t NV>
+void value_columns(const float* a, std::size_t lda, std::size_t rows, const float* v, std::size_t keys, std::size_t dv,
+                   float* o) {
+    constexpr std::size_t R = Tiles<Arch>::value_rows;
+    const std::size_t whole = rows / R * R;
+    for (std::size_t r = 0; r < whole; r += R) value_tile<Arch, R, NV>(a + r * lda, lda, v, keys, dv, o + r * dv);
+    if (whole < rows)
+        with_rest<R>(
+            rows - whole,
+            [&]<std::size_t Rest>() { value_tile<Arch, Rest, NV>(a + whole * lda, lda, v, keys, dv, o + whole * dv); },
+            std::make_index_sequence<R - 1>{});
+}
+
+template <class Arch>
+void weighted_sum(const float* a, std::size_t lda, std::size_t rows, const float* v, std::size_t keys, std::size_t dv,
+                  float* o) {
+    constexpr std::size_t W = xsimd::batch<float, Arch>::size, NV = Tiles<Arch>::value_vectors;
+    static_assert(NV <= 4);
+    for (std::size_t c = 0; c < dv; c += NV * W) {
+        switch (std::min(NV, (dv - c) / W)) {  // the last columns: fewer vectors
+            case 4:
+                value_columns<Arch, 4>(a, lda, rows, v + c, keys, dv, o + c);
+                break;
+            case 3:
+                value_columns<Arch, 3>(a, lda, rows, v + c, keys, dv, o + c);
+                break;
+            case 2:
+                value_columns<Arch, 2>(a, lda, rows, v + c, keys, dv, o + c);
+                break;
+            default:
+                value_columns<Arch, 1>(a, lda, rows, v + c, keys, dv, o + c);
+                break;
+        }
+    }
+}
+
+template <class Arch>
+constexpr Kernels kernels_for(const char* isa) {
+    return Kernels{isa, xsimd::batch<float, Arch>::size, &scores<Arch>, &weighted_sum<Arch>};
+}
+
+}  // namespace attngraph::attention_gemm::detail
