@@ -3,13 +3,30 @@
 // attention_gemm_*.cpp files, each compiled for its instruction set.
 #include <algorithm>
 #include <cstddef>
+#include <type_traits>
 #include <utility>
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 
 #include <xsimd/xsimd.hpp>
 
 #include "engine/attention_gemm.hpp"
 
 namespace attngraph::attention_gemm::detail {
+
+// x·y + z rounded once. xsimd 8 has no AVX-512 fma of its own: its generic one is x * y + z,
+// one instruction only where the compiler contracts it (g++ does, clang does not), and the
+// kernels' bits must not depend on the compiler. (For AVX2 it is FMA3's, one instruction.)
+template <class Arch>
+[[gnu::always_inline]] inline xsimd::batch<float, Arch> fused(xsimd::batch<float, Arch> x, xsimd::batch<float, Arch> y,
+                                                              xsimd::batch<float, Arch> z) {
+#if defined(__AVX512F__)
+    if constexpr (std::is_base_of_v<xsimd::avx512f, Arch>) return _mm512_fmadd_ps(x, y, z);
+#endif
+    return xsimd::fma(x, y, z);
+}
 
 // Register tiles: rows × vectors of accumulators, the vectors of K or V of one step and a
 // broadcast weight within the architecture's vector registers (32 with AVX-512, 16 with AVX2).
@@ -18,6 +35,7 @@ struct Tiles {
     static constexpr bool wide = xsimd::batch<float, Arch>::size == 16;
     static constexpr std::size_t score_rows = wide ? 12 : 6, score_vectors = 2;
     static constexpr std::size_t value_rows = wide ? 6 : 6, value_vectors = wide ? 4 : 2;
+    static constexpr std::size_t value_keys = 256;  ///< a chunk of V: 64 KiB at d_v = 64
 };
 
 // R rows of S on the keys of one tile (NV vectors): out[r·ldo + c] for the tile's c. pk: the
@@ -34,7 +52,7 @@ template <class Arch, std::size_t R, std::size_t NV>
         for (std::size_t v = 0; v < NV; ++v) k[v] = B::load_unaligned(pk + d * panel + v * B::size);
         for (std::size_t r = 0; r < R; ++r) {
             const B x(q[r * dk + d]);
-            for (std::size_t v = 0; v < NV; ++v) acc[r][v] = xsimd::fma(x, k[v], acc[r][v]);
+            for (std::size_t v = 0; v < NV; ++v) acc[r][v] = fused<Arch>(x, k[v], acc[r][v]);
         }
     }
     for (std::size_t r = 0; r < R; ++r)
@@ -89,20 +107,21 @@ void scores(const float* q, std::size_t rows, std::size_t dk, const float* packe
     }
 }
 
-// R rows of O on NV vectors of its columns: o[r·dv + c] = Σ_j a[r·lda + j]·v[j·dv + c].
+// R rows of O on NV vectors of its columns: o[r·dv + c] = Σ_j a[r·lda + j]·v[j·dv + c] over
+// `keys` keys, from 0 (first) or going on from o's partial sums (the same chain).
 template <class Arch, std::size_t R, std::size_t NV>
 [[gnu::always_inline]] inline void value_tile(const float* a, std::size_t lda, const float* v, std::size_t keys,
-                                              std::size_t dv, float* o) {
+                                              std::size_t dv, float* o, bool first) {
     using B = xsimd::batch<float, Arch>;
     B acc[R][NV];
     for (std::size_t r = 0; r < R; ++r)
-        for (std::size_t c = 0; c < NV; ++c) acc[r][c] = B(0.0f);
+        for (std::size_t c = 0; c < NV; ++c) acc[r][c] = first ? B(0.0f) : B::load_unaligned(o + r * dv + c * B::size);
     for (std::size_t j = 0; j < keys; ++j) {
         B x[NV];
         for (std::size_t c = 0; c < NV; ++c) x[c] = B::load_unaligned(v + j * dv + c * B::size);
         for (std::size_t r = 0; r < R; ++r) {
             const B w(a[r * lda + j]);
-            for (std::size_t c = 0; c < NV; ++c) acc[r][c] = xsimd::fma(w, x[c], acc[r][c]);
+            for (std::size_t c = 0; c < NV; ++c) acc[r][c] = fused<Arch>(w, x[c], acc[r][c]);
         }
     }
     for (std::size_t r = 0; r < R; ++r)
@@ -112,14 +131,23 @@ template <class Arch, std::size_t R, std::size_t NV>
 template <class Arch, std::size_t NV>
 void value_columns(const float* a, std::size_t lda, std::size_t rows, const float* v, std::size_t keys, std::size_t dv,
                    float* o) {
-    constexpr std::size_t R = Tiles<Arch>::value_rows;
+    constexpr std::size_t R = Tiles<Arch>::value_rows, chunk = Tiles<Arch>::value_keys;
     const std::size_t whole = rows / R * R;
-    for (std::size_t r = 0; r < whole; r += R) value_tile<Arch, R, NV>(a + r * lda, lda, v, keys, dv, o + r * dv);
-    if (whole < rows)
-        with_rest<R>(
-            rows - whole,
-            [&]<std::size_t Rest>() { value_tile<Arch, Rest, NV>(a + whole * lda, lda, v, keys, dv, o + whole * dv); },
-            std::make_index_sequence<R - 1>{});
+    // chunks of keys outside, row tiles inside: a chunk of V stays in cache for all the rows
+    // (V whole, a long sequence's, would be read from memory again for every row tile)
+    for (std::size_t j0 = 0; j0 < keys || j0 == 0; j0 += chunk) {
+        const std::size_t n = std::min(chunk, keys - j0);
+        const float* vj = v + j0 * dv;
+        for (std::size_t r = 0; r < whole; r += R)
+            value_tile<Arch, R, NV>(a + r * lda + j0, lda, vj, n, dv, o + r * dv, j0 == 0);
+        if (whole < rows)
+            with_rest<R>(
+                rows - whole,
+                [&]<std::size_t Rest>() {
+                    value_tile<Arch, Rest, NV>(a + whole * lda + j0, lda, vj, n, dv, o + whole * dv, j0 == 0);
+                },
+                std::make_index_sequence<R - 1>{});
+    }
 }
 
 template <class Arch>

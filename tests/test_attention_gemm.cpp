@@ -92,8 +92,8 @@ BOOST_AUTO_TEST_CASE(weighted_sums_are_fma_chains_over_the_keys) {
     struct Case {
         std::size_t rows, keys, dv_vectors;
     };
-    const Case cases[] = {{1, 1, 1},  {6, 64, 4}, {7, 100, 4},   {13, 33, 5},
-                          {20, 7, 3}, {3, 0, 2},  {128, 300, 8}, {11, 5, 1}};
+    const Case cases[] = {{1, 1, 1}, {6, 64, 4},    {7, 100, 4}, {13, 33, 5}, {20, 7, 3},
+                          {3, 0, 2}, {128, 300, 8}, {11, 5, 1},  {9, 513, 2}};
     for (const attention_gemm::Kernels* kernels : attention_gemm::runnable())
         for (const Case& c : cases) {
             const std::size_t dv = c.dv_vectors * kernels->value_width, lda = c.keys + 5;
