@@ -34,7 +34,7 @@ template <class Arch>
 struct Tiles {
     static constexpr bool wide = xsimd::batch<float, Arch>::size == 16;
     static constexpr std::size_t score_rows = wide ? 12 : 6, score_vectors = 2;
-    static constexpr std::size_t value_rows = wide ? 6 : 6, value_vectors = wide ? 4 : 2;
+    static constexpr std::size_t value_rows = 6, value_vectors = wide ? 4 : 2;
     static constexpr std::size_t value_keys = 256;  ///< a chunk of V: 64 KiB at d_v = 64
 };
 
@@ -134,7 +134,8 @@ void value_columns(const float* a, std::size_t lda, std::size_t rows, const floa
     constexpr std::size_t R = Tiles<Arch>::value_rows, chunk = Tiles<Arch>::value_keys;
     const std::size_t whole = rows / R * R;
     // chunks of keys outside, row tiles inside: a chunk of V stays in cache for all the rows
-    // (V whole, a long sequence's, would be read from memory again for every row tile)
+    // (V whole, a long sequence's, would be read from memory again for every row tile); no
+    // keys: one pass of none, O = 0
     for (std::size_t j0 = 0; j0 < keys || j0 == 0; j0 += chunk) {
         const std::size_t n = std::min(chunk, keys - j0);
         const float* vj = v + j0 * dv;
