@@ -6,11 +6,16 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <list>
 #include <mutex>
 #include <optional>
 #include <thread>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <x86intrin.h>
+#endif
 
 #include <tbb/global_control.h>
 #include <tbb/info.h>
@@ -363,6 +368,17 @@ private:
 
 // ---- the forward run ---------------------------------------------------------------------
 
+// The chained step clock's tick (see Run::finish): the time stamp counter where there is one.
+// A read costs a few nanoseconds; a steady_clock read costs 20-40 ns in a virtual machine,
+// several times a tiny graph's step would take.
+inline std::uint64_t step_tick() {
+#if defined(__x86_64__) || defined(__i386__)
+    return __rdtsc();
+#else
+    return static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+#endif
+}
+
 template <class T>
 class Run {
 public:
@@ -383,12 +399,24 @@ public:
     }
 
     RunResult finish(Executor& executor) {
-        // steps one after another on this thread: a step's start is the previous one's end (one
-        // clock read a step; a tiny graph's run is a few microseconds). Not with check_finite
-        // or buffers freed between the steps, which would count in the next step's time.
+        // steps one after another on this thread: a step's start is the previous one's end, read
+        // as a tick (step_tick) at each boundary, and the ticks turned into seconds by two clock
+        // reads around the steps (a tiny graph's run is a microsecond or two). Not with
+        // check_finite or buffers freed between the steps, which would count in the next
+        // step's time.
         m_chained_clock = m_pooled && !m_options.check_finite && executor.runs_inline(m_plan.tasks);
-        if (m_chained_clock) m_clock = std::chrono::steady_clock::now();
+        std::chrono::steady_clock::time_point start;
+        std::uint64_t first_tick = 0;
+        if (m_chained_clock) {
+            start = std::chrono::steady_clock::now();
+            m_tick = first_tick = step_tick();
+        }
         executor.execute(m_plan.tasks, [this](std::size_t i) { return execute(i); });
+        if (m_chained_clock) {  // the steps' seconds hold their ticks: scale them
+            const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+            const double per_tick = m_tick > first_tick ? seconds / static_cast<double>(m_tick - first_tick) : 0.0;
+            for (double& s : m_result.seconds) s *= per_tick;
+        }
         for (int kept : m_plan.kept) {
             const auto id = static_cast<std::size_t>(kept);
             const ValueInfo& v = m_graph.values()[id];
@@ -406,7 +434,7 @@ private:
     // Runs step i; false when check_finite found a non-finite output (the run stops).
     bool execute(std::size_t i) {
         const Step& step = m_plan.plan.steps[i];
-        const auto t0 = m_chained_clock ? m_clock : std::chrono::steady_clock::now();
+        const auto t0 = m_chained_clock ? std::chrono::steady_clock::time_point() : std::chrono::steady_clock::now();
         PointerList<const Array<T>*> in(step.inputs.size());
         for (std::size_t k = 0; k < in.size(); ++k) in[k] = m_ptr[static_cast<std::size_t>(step.inputs[k])];
         PointerList<Array<T>*> out(step.outputs.size());
@@ -426,9 +454,14 @@ private:
         }
         for (std::size_t k = 0; k < out.size(); ++k) m_ptr[static_cast<std::size_t>(step.outputs[k])] = out[k];
         if (patching()) apply_patches(step);
-        const auto t1 = std::chrono::steady_clock::now();
-        m_result.seconds[static_cast<std::size_t>(step.node)] = std::chrono::duration<double>(t1 - t0).count();
-        if (m_chained_clock) m_clock = t1;
+        double& seconds = m_result.seconds[static_cast<std::size_t>(step.node)];
+        if (m_chained_clock) {  // ticks, made seconds by finish()
+            const std::uint64_t tick = step_tick();
+            seconds = static_cast<double>(tick - m_tick);
+            m_tick = tick;
+        } else {
+            seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        }
         if (m_options.progress) m_options.progress(m_nodes_done += nodes_in(step), m_plan.nodes_total);
         if (m_options.check_finite && !check_finite(static_cast<std::size_t>(step.node), ins, outs)) return false;
         // release inputs whose last consumer this was (unless kept); a pooled run's values
@@ -523,8 +556,8 @@ private:
     std::mutex m_stop_mutex;
     std::mutex m_hook_mutex;
     std::atomic<std::size_t> m_nodes_done{0};
-    bool m_chained_clock = false;                 // steps in sequence: see finish()
-    std::chrono::steady_clock::time_point m_clock;  // with it, the last step's end
+    bool m_chained_clock = false;  // steps in sequence: see finish()
+    std::uint64_t m_tick = 0;      // with it, the last step's end (step_tick)
 };
 
 }  // namespace

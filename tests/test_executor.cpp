@@ -2,12 +2,14 @@
 // the parallel path (and on the seed, which runs inline), what a run keeps (trace_only
 // globs, released intermediates, keep_all), check_finite, errors from inside an op.
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <fstream>
-#include <sstream>
 #include <limits>
 #include <map>
+#include <numeric>
+#include <sstream>
 
 #include <boost/test/data/test_case.hpp>
 #include <boost/test/unit_test.hpp>
@@ -228,6 +230,17 @@ BOOST_DATA_TEST_CASE(untraced_intermediates_are_released, bdata::make({1, 4}), t
                 else
                     BOOST_TEST(r.seconds[i] == 0);
             }
+        // in seconds, not clock ticks (a run of steps in sequence counts ticks and scales them):
+        // steps one after another (one thread, or the seed's little work inline) add up to no
+        // more than the wall time around the run
+        if (threads == 1 || label == "seed n=3") {
+            const auto start = std::chrono::steady_clock::now();
+            const RunResult again = run(g, o);
+            const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+            const double steps = std::accumulate(again.seconds.begin(), again.seconds.end(), 0.0);
+            BOOST_TEST(steps > 0);
+            BOOST_TEST(steps <= wall);
+        }
         // trace = true without globs keeps everything, like keep_all
         o.trace = true;
         const RunResult t = run(g, o);
