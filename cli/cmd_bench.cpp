@@ -150,11 +150,13 @@ double significant(double v, int digits) {
     return rounded(v, digits - static_cast<int>(std::ceil(std::log10(std::fabs(v)))));
 }
 
-// The BLAS kernel to time: --blas forces one, --as-unknown-cpu starts from Prescott (what
-// OpenBLAS 0.3.21 runs on a CPU model it does not know) and lets the engine select.
+// The BLAS kernel to time: --blas forces one, for every GEMM block (none on the engine's SIMD
+// kernels), --as-unknown-cpu starts from Prescott (what OpenBLAS 0.3.21 runs on a CPU model
+// it does not know) and lets the engine select.
 void choose_blas_kernel(const BenchArgs& a) {
     if (!a.blas.empty() && !blas_use_kernel(a.blas))
         throw Error("bench: OpenBLAS cannot switch to kernel '" + a.blas + "' (running " + blas_kernel().name + ")");
+    if (!a.blas.empty()) gemm_blocks_on_blas(true);
     if (a.as_unknown_cpu) {
         if (std::getenv("OPENBLAS_CORETYPE"))
             throw Error(
@@ -166,9 +168,11 @@ void choose_blas_kernel(const BenchArgs& a) {
     }
 }
 
+// e.g. "SkylakeX (OpenBLAS), f32 A·B on avx512 kernels"
 std::string blas_text() {
     const BlasKernel k = blas_kernel();
-    return k.name + " (" + k.chosen_by + ")";
+    const std::string kernels = gemm_block_kernels();
+    return k.name + " (" + k.chosen_by + ")" + (kernels.empty() ? "" : ", f32 A·B on " + kernels + " kernels");
 }
 
 void bench_gemm(const BenchArgs& a) {
@@ -321,7 +325,8 @@ void add_bench_command(CLI::App& app) {
                   "Leave glibc's malloc policy as is (by default bench keeps freed memory for the next run)");
     cmd->add_flag("--plain", args->plain, "Run one step per node, without the graph rewrites of engine/optimize.hpp");
     cmd->add_option("--blas", args->blas,
-                    "Run this OpenBLAS kernel (an OPENBLAS_CORETYPE name, e.g. Prescott, Haswell, SkylakeX)");
+                    "Run this OpenBLAS kernel (an OPENBLAS_CORETYPE name, e.g. Prescott, Haswell, SkylakeX) for "
+                    "every GEMM, the f32 A·B products too");
     cmd->add_flag("--as-unknown-cpu", args->as_unknown_cpu,
                   "Start from Prescott, the kernel OpenBLAS 0.3.21 runs on a CPU it does not know, and let the "
                   "engine select the kernel as it does at start-up")

@@ -12,6 +12,9 @@
 // only (not on the tile it falls in, the block, the key span asked for or the thread count):
 // a plain loop of std::fma gives the same bits.
 //
+// The value kernel with strides (`product`) also takes the engine's f32 GEMM blocks A·B
+// (engine/gemm.cpp): projections, MatMul and Linear nodes.
+//
 // Built for AVX-512 (attention_gemm_avx512.cpp) and AVX2 + FMA (attention_gemm_avx2.cpp);
 // a CPU with neither (and a non-x86 build) takes OpenBLAS, as f64 does.
 #include <cstddef>
@@ -34,6 +37,11 @@ struct Kernels {
     /// in [0, keys) (dv a multiple of value_width).
     void (*weighted_sum)(const float* a, std::size_t lda, std::size_t rows, const float* v, std::size_t keys,
                          std::size_t dv, float* o);
+    /// @brief weighted_sum with strides: c[r·ldc + j] = Σ_i a[r·lda + i]·b[i·ldb + j] for the `rows`
+    /// rows of a, i in [0, k) and j in [0, n) (n a multiple of value_width). The engine's
+    /// f32 GEMM runs its untransposed blocks on it (engine/gemm.cpp).
+    void (*product)(const float* a, std::size_t lda, std::size_t rows, const float* b, std::size_t ldb, std::size_t k,
+                    std::size_t n, float* c, std::size_t ldc);
 };
 
 /// The kernels for this CPU: AVX-512 where it has it, else AVX2 + FMA; null: neither.

@@ -107,30 +107,30 @@ void scores(const float* q, std::size_t rows, std::size_t dk, const float* packe
     }
 }
 
-// R rows of O on NV vectors of its columns: o[r·dv + c] = Σ_j a[r·lda + j]·v[j·dv + c] over
+// R rows of O on NV vectors of its columns: o[r·ldo + c] = Σ_j a[r·lda + j]·v[j·ldv + c] over
 // `keys` keys, from 0 (first) or going on from o's partial sums (the same chain).
 template <class Arch, std::size_t R, std::size_t NV>
-[[gnu::always_inline]] inline void value_tile(const float* a, std::size_t lda, const float* v, std::size_t keys,
-                                              std::size_t dv, float* o, bool first) {
+[[gnu::always_inline]] inline void value_tile(const float* a, std::size_t lda, const float* v, std::size_t ldv,
+                                              std::size_t keys, float* o, std::size_t ldo, bool first) {
     using B = xsimd::batch<float, Arch>;
     B acc[R][NV];
     for (std::size_t r = 0; r < R; ++r)
-        for (std::size_t c = 0; c < NV; ++c) acc[r][c] = first ? B(0.0f) : B::load_unaligned(o + r * dv + c * B::size);
+        for (std::size_t c = 0; c < NV; ++c) acc[r][c] = first ? B(0.0f) : B::load_unaligned(o + r * ldo + c * B::size);
     for (std::size_t j = 0; j < keys; ++j) {
         B x[NV];
-        for (std::size_t c = 0; c < NV; ++c) x[c] = B::load_unaligned(v + j * dv + c * B::size);
+        for (std::size_t c = 0; c < NV; ++c) x[c] = B::load_unaligned(v + j * ldv + c * B::size);
         for (std::size_t r = 0; r < R; ++r) {
             const B w(a[r * lda + j]);
             for (std::size_t c = 0; c < NV; ++c) acc[r][c] = fused<Arch>(w, x[c], acc[r][c]);
         }
     }
     for (std::size_t r = 0; r < R; ++r)
-        for (std::size_t c = 0; c < NV; ++c) acc[r][c].store_unaligned(o + r * dv + c * B::size);
+        for (std::size_t c = 0; c < NV; ++c) acc[r][c].store_unaligned(o + r * ldo + c * B::size);
 }
 
 template <class Arch, std::size_t NV>
-void value_columns(const float* a, std::size_t lda, std::size_t rows, const float* v, std::size_t keys, std::size_t dv,
-                   float* o) {
+void value_columns(const float* a, std::size_t lda, std::size_t rows, const float* v, std::size_t ldv, std::size_t keys,
+                   float* o, std::size_t ldo) {
     constexpr std::size_t R = Tiles<Arch>::value_rows, chunk = Tiles<Arch>::value_keys;
     const std::size_t whole = rows / R * R;
     // chunks of keys outside, row tiles inside: a chunk of V stays in cache for all the rows
@@ -138,45 +138,51 @@ void value_columns(const float* a, std::size_t lda, std::size_t rows, const floa
     // keys: one pass of none, O = 0
     for (std::size_t j0 = 0; j0 < keys || j0 == 0; j0 += chunk) {
         const std::size_t n = std::min(chunk, keys - j0);
-        const float* vj = v + j0 * dv;
+        const float* vj = v + j0 * ldv;
         for (std::size_t r = 0; r < whole; r += R)
-            value_tile<Arch, R, NV>(a + r * lda + j0, lda, vj, n, dv, o + r * dv, j0 == 0);
+            value_tile<Arch, R, NV>(a + r * lda + j0, lda, vj, ldv, n, o + r * ldo, ldo, j0 == 0);
         if (whole < rows)
             with_rest<R>(
                 rows - whole,
                 [&]<std::size_t Rest>() {
-                    value_tile<Arch, Rest, NV>(a + whole * lda + j0, lda, vj, n, dv, o + whole * dv, j0 == 0);
+                    value_tile<Arch, Rest, NV>(a + whole * lda + j0, lda, vj, ldv, n, o + whole * ldo, ldo, j0 == 0);
                 },
                 std::make_index_sequence<R - 1>{});
     }
 }
 
 template <class Arch>
-void weighted_sum(const float* a, std::size_t lda, std::size_t rows, const float* v, std::size_t keys, std::size_t dv,
-                  float* o) {
+void product(const float* a, std::size_t lda, std::size_t rows, const float* v, std::size_t ldv, std::size_t keys,
+             std::size_t dv, float* o, std::size_t ldo) {
     constexpr std::size_t W = xsimd::batch<float, Arch>::size, NV = Tiles<Arch>::value_vectors;
     static_assert(NV <= 4);
     for (std::size_t c = 0; c < dv; c += NV * W) {
         switch (std::min(NV, (dv - c) / W)) {  // the last columns: fewer vectors
             case 4:
-                value_columns<Arch, 4>(a, lda, rows, v + c, keys, dv, o + c);
+                value_columns<Arch, 4>(a, lda, rows, v + c, ldv, keys, o + c, ldo);
                 break;
             case 3:
-                value_columns<Arch, 3>(a, lda, rows, v + c, keys, dv, o + c);
+                value_columns<Arch, 3>(a, lda, rows, v + c, ldv, keys, o + c, ldo);
                 break;
             case 2:
-                value_columns<Arch, 2>(a, lda, rows, v + c, keys, dv, o + c);
+                value_columns<Arch, 2>(a, lda, rows, v + c, ldv, keys, o + c, ldo);
                 break;
             default:
-                value_columns<Arch, 1>(a, lda, rows, v + c, keys, dv, o + c);
+                value_columns<Arch, 1>(a, lda, rows, v + c, ldv, keys, o + c, ldo);
                 break;
         }
     }
 }
 
 template <class Arch>
+void weighted_sum(const float* a, std::size_t lda, std::size_t rows, const float* v, std::size_t keys, std::size_t dv,
+                  float* o) {
+    product<Arch>(a, lda, rows, v, dv, keys, dv, o, dv);
+}
+
+template <class Arch>
 constexpr Kernels kernels_for(const char* isa) {
-    return Kernels{isa, xsimd::batch<float, Arch>::size, &scores<Arch>, &weighted_sum<Arch>};
+    return Kernels{isa, xsimd::batch<float, Arch>::size, &scores<Arch>, &weighted_sum<Arch>, &product<Arch>};
 }
 
 }  // namespace attngraph::attention_gemm::detail

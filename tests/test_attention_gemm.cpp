@@ -112,6 +112,32 @@ BOOST_AUTO_TEST_CASE(weighted_sums_are_fma_chains_over_the_keys) {
         }
 }
 
+BOOST_AUTO_TEST_CASE(strided_products_are_fma_chains_and_write_their_columns_only) {
+    struct Case {
+        std::size_t rows, k, n_vectors, b_pad, c_pad;
+    };
+    const Case cases[] = {{1, 768, 4, 0, 0}, {128, 768, 16, 512, 0}, {7, 33, 3, 5, 2}, {13, 300, 5, 1, 7}};
+    for (const attention_gemm::Kernels* kernels : attention_gemm::runnable())
+        for (const Case& c : cases) {
+            const std::size_t n = c.n_vectors * kernels->value_width, lda = c.k + 3, ldb = n + c.b_pad,
+                              ldc = n + c.c_pad;
+            const std::vector<float> a = random_values(c.rows * lda, 6), b = random_values(c.k * ldb, 7);
+            std::vector<float> out(c.rows * ldc, sentinel);
+            kernels->product(a.data(), lda, c.rows, b.data(), ldb, c.k, n, out.data(), ldc);
+            std::size_t wrong = 0, overwritten = 0;
+            for (std::size_t r = 0; r < c.rows; ++r) {
+                for (std::size_t j = 0; j < n; ++j) {
+                    float want = 0.0f;
+                    for (std::size_t i = 0; i < c.k; ++i) want = std::fma(a[r * lda + i], b[i * ldb + j], want);
+                    wrong += !same_bits(out[r * ldc + j], want);
+                }
+                for (std::size_t j = n; j < ldc; ++j) overwritten += out[r * ldc + j] != sentinel;
+            }
+            BOOST_TEST(wrong == 0u, kernels->isa << " rows " << c.rows << " k " << c.k << " n " << n);
+            BOOST_TEST(overwritten == 0u, kernels->isa << " wrote past its columns");
+        }
+}
+
 BOOST_AUTO_TEST_CASE(non_finite_values_propagate_as_in_a_plain_product) {
     for (const attention_gemm::Kernels* kernels : attention_gemm::runnable()) {
         const std::size_t rows = 3, keys = 40, dv = kernels->value_width;

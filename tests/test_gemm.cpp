@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include <tbb/task_arena.h>
@@ -63,11 +64,13 @@ struct Case {
     std::size_t m, n, k;
 };
 
-// Row and column block edges (128 rows, 256 columns), one-element and empty sums, and blocks
+// Row and column block edges (128 rows, 256 columns), one-element and empty sums, blocks
 // of at most 1024 multiply-adds (the plain loop: 3x5x7, 32x32x1 at the limit, 2x300x1 over two
-// column blocks).
-const Case cases[] = {{1, 1, 1},   {3, 5, 7},   {129, 257, 33}, {128, 256, 64}, {200, 600, 300},
-                      {17, 513, 5}, {4, 3, 0}, {32, 32, 1},    {2, 300, 1}};
+// column blocks), and f32 A·B blocks on the SIMD kernels (columns a multiple of 16: 129x272x300
+// over four blocks, one row of 64 as decoding makes it; 200x600x300's last block of 88
+// columns is OpenBLAS's).
+const Case cases[] = {{1, 1, 1}, {3, 5, 7},   {129, 257, 33}, {128, 256, 64},  {200, 600, 300}, {17, 513, 5},
+                      {4, 3, 0}, {32, 32, 1}, {2, 300, 1},    {129, 272, 300}, {1, 64, 768}};
 
 // One product to check: its operands, and the reference result computed once for every kernel.
 template <class T>
@@ -91,8 +94,9 @@ std::vector<Problem<T>> problems() {
             const auto b = random_values<T>((tb ? c.n : c.k) * ldb, seed++);
             const auto c0 = random_values<T>(c.m * ldc, seed++);
             const auto ab = reference_product<T>(ta, tb, c.m, c.n, c.k, a, lda, b, ldb);
-            for (const T beta : {T(0), T(0.5)}) {
-                const T alpha = T(1.25);
+            // alpha 1, beta 0: an f32 A·B block runs on the SIMD kernels where the CPU has them
+            for (const auto& [alpha, beta] :
+                 {std::pair{T(1.25), T(0)}, std::pair{T(1.25), T(0.5)}, std::pair{T(1), T(0)}}) {
                 auto want = reference<T>(ab, c.m, c.n, alpha, beta, c0, ldc);
                 all.push_back({c, ta, tb, lda, ldb, ldc, alpha, beta, a, b, c0, std::move(want)});
             }
@@ -163,8 +167,38 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(every_selectable_kernel_against_plain_loops, T, Ty
         if (kernel != blas_kernel().name) BOOST_TEST_REQUIRE(blas_use_kernel(kernel), kernel);
         BOOST_TEST_MESSAGE("kernel " << kernel);
         check_every_case<T>(kernel, all);
+        gemm_blocks_on_blas(true);  // the f32 A·B blocks on this OpenBLAS kernel too
+        check_every_case<T>(kernel + " alone", all);
+        gemm_blocks_on_blas(false);
     }
     if (blas_kernel().name != selected.name) BOOST_TEST_REQUIRE(blas_use_kernel(selected.name));
+}
+
+// An f32 A·B block on the SIMD kernels: each element one std::fma chain over k in order, the
+// same bits whichever block it falls in (here four blocks of rows and columns, and k past the
+// kernels' chunks of 256).
+BOOST_AUTO_TEST_CASE(f32_products_on_the_simd_kernels_are_fma_chains) {
+    if (gemm_block_kernels().empty()) {
+        BOOST_TEST_MESSAGE("no SIMD kernels on this CPU: every block is OpenBLAS's");
+#if defined(__x86_64__)
+        BOOST_TEST(!__builtin_cpu_supports("avx2"));  // every x86-64 CPU with AVX2 + FMA has them
+#endif
+        return;
+    }
+    const std::size_t m = 130, n = 272, k = 700, lda = k + 1, ldb = n + 16, ldc = n + 3;
+    const auto a = random_values<float>(m * lda, 7), b = random_values<float>(k * ldb, 8);
+    std::vector<float> c(m * ldc, 3.0f);
+    gemm<float>(false, false, m, n, k, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, c.data(), ldc);
+    std::size_t wrong = 0;
+    for (std::size_t i = 0; i < m; ++i) {
+        for (std::size_t j = 0; j < n; ++j) {
+            float want = 0.0f;
+            for (std::size_t p = 0; p < k; ++p) want = std::fma(a[i * lda + p], b[p * ldb + j], want);
+            wrong += c[i * ldc + j] != want;
+        }
+        for (std::size_t j = n; j < ldc; ++j) BOOST_TEST(c[i * ldc + j] == 3.0f);
+    }
+    BOOST_TEST(wrong == 0u, gemm_block_kernels() << ": " << wrong << " elements differ from the fma chain");
 }
 
 BOOST_AUTO_TEST_SUITE_END()
