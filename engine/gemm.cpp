@@ -254,8 +254,8 @@ namespace {
 
 // f32 blocks C = A·B (no transpose, alpha 1, beta 0, columns a multiple of the vector width)
 // run on the register-tile kernels of the attention step (engine/attention_gemm.hpp), not
-// OpenBLAS: they read A and B in place where OpenBLAS packs both for every call. Against
-// OpenBLAS's Zen kernel, one thread (bench/bench_attention_gemm.cpp): a head's projection
+// OpenBLAS: they read A and B in place where OpenBLAS packs both for every call. On a Zen 5
+// against OpenBLAS's Cooperlake kernel, one thread (bench/bench_attention_gemm.cpp): a head's projection
 // (128 x 64 x 768) 1.25x as fast, a whole block (128 x 256 x 768) 1.1x, a block of 32 rows
 // 1.4x, one row (decoding) level. The choice depends on the block's shape only, never on
 // the thread count; each element is one multiply-add chain in order, as on OpenBLAS.
