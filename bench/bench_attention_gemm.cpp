@@ -78,7 +78,7 @@ void projection(benchmark::State& state, bool kernels) {
     std::vector<float> o(n * cols);
     for (auto _ : state) {
         if (kernels)
-            k->product(x.data(), d, n, w.data(), d, d, cols, o.data(), cols);
+            k->product(x.data(), d, 1, n, w.data(), d, d, cols, o.data(), cols, false);
         else
             blas_gemm_block(n, cols, d, x.data(), d, w.data(), d, o.data(), cols);
         benchmark::DoNotOptimize(o.data());

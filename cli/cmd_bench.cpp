@@ -168,11 +168,11 @@ void choose_blas_kernel(const BenchArgs& a) {
     }
 }
 
-// e.g. "SkylakeX (OpenBLAS), f32 A·B on avx512 kernels"
+// e.g. "SkylakeX (OpenBLAS), f32 op(A)·B on avx512 kernels"
 std::string blas_text() {
     const BlasKernel k = blas_kernel();
     const std::string kernels = gemm_block_kernels();
-    return k.name + " (" + k.chosen_by + ")" + (kernels.empty() ? "" : ", f32 A·B on " + kernels + " kernels");
+    return k.name + " (" + k.chosen_by + ")" + (kernels.empty() ? "" : ", f32 op(A)·B on " + kernels + " kernels");
 }
 
 void bench_gemm(const BenchArgs& a) {
@@ -326,7 +326,7 @@ void add_bench_command(CLI::App& app) {
     cmd->add_flag("--plain", args->plain, "Run one step per node, without the graph rewrites of engine/optimize.hpp");
     cmd->add_option("--blas", args->blas,
                     "Run this OpenBLAS kernel (an OPENBLAS_CORETYPE name, e.g. Prescott, Haswell, SkylakeX) for "
-                    "every GEMM, the f32 A·B products too");
+                    "every GEMM, the f32 op(A)·B products too");
     cmd->add_flag("--as-unknown-cpu", args->as_unknown_cpu,
                   "Start from Prescott, the kernel OpenBLAS 0.3.21 runs on a CPU it does not know, and let the "
                   "engine select the kernel as it does at start-up")

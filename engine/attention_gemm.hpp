@@ -37,11 +37,13 @@ struct Kernels {
     /// in [0, keys) (dv a multiple of value_width).
     void (*weighted_sum)(const float* a, std::size_t lda, std::size_t rows, const float* v, std::size_t keys,
                          std::size_t dv, float* o);
-    /// @brief weighted_sum with strides: c[r·ldc + j] = Σ_i a[r·lda + i]·b[i·ldb + j] for the `rows`
-    /// rows of a, i in [0, k) and j in [0, n) (n a multiple of value_width). The engine's
-    /// f32 GEMM runs its untransposed blocks on it (engine/gemm.cpp).
-    void (*product)(const float* a, std::size_t lda, std::size_t rows, const float* b, std::size_t ldb, std::size_t k,
-                    std::size_t n, float* c, std::size_t ldc);
+    /// @brief weighted_sum with strides, A as stored or transposed, and C accumulated or not:
+    /// c[r·ldc + j] (+)= Σ_i a[r·ar + i·ac]·b[i·ldb + j] for the `rows` rows, i in [0, k) and
+    /// j in [0, n) (n a multiple of value_width). A's strides are (lda, 1) as stored, (1, lda)
+    /// transposed; with `accumulate` each element's chain starts from c's value (beta = 1),
+    /// else from 0. The engine's f32 GEMM runs its blocks op(A)·B on it (engine/gemm.cpp).
+    void (*product)(const float* a, std::size_t ar, std::size_t ac, std::size_t rows, const float* b, std::size_t ldb,
+                    std::size_t k, std::size_t n, float* c, std::size_t ldc, bool accumulate);
 };
 
 /// The kernels for this CPU: AVX-512 where it has it, else AVX2 + FMA; null: neither.

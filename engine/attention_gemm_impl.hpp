@@ -107,11 +107,13 @@ void scores(const float* q, std::size_t rows, std::size_t dk, const float* packe
     }
 }
 
-// R rows of O on NV vectors of its columns: o[r·ldo + c] = Σ_j a[r·lda + j]·v[j·ldv + c] over
-// `keys` keys, from 0 (first) or going on from o's partial sums (the same chain).
+// R rows of O on NV vectors of its columns: o[r·ldo + c] = Σ_j a[r·ar + j·ac]·v[j·ldv + c] over
+// `keys` keys, from 0 (first) or going on from o's partial sums (the same chain). A's
+// strides: (lda, 1) as stored, (1, lda) transposed.
 template <class Arch, std::size_t R, std::size_t NV>
-[[gnu::always_inline]] inline void value_tile(const float* a, std::size_t lda, const float* v, std::size_t ldv,
-                                              std::size_t keys, float* o, std::size_t ldo, bool first) {
+[[gnu::always_inline]] inline void value_tile(const float* a, std::size_t ar, std::size_t ac, const float* v,
+                                              std::size_t ldv, std::size_t keys, float* o, std::size_t ldo,
+                                              bool first) {
     using B = xsimd::batch<float, Arch>;
     B acc[R][NV];
     for (std::size_t r = 0; r < R; ++r)
@@ -120,7 +122,7 @@ template <class Arch, std::size_t R, std::size_t NV>
         B x[NV];
         for (std::size_t c = 0; c < NV; ++c) x[c] = B::load_unaligned(v + j * ldv + c * B::size);
         for (std::size_t r = 0; r < R; ++r) {
-            const B w(a[r * lda + j]);
+            const B w(a[r * ar + j * ac]);
             for (std::size_t c = 0; c < NV; ++c) acc[r][c] = fused<Arch>(w, x[c], acc[r][c]);
         }
     }
@@ -129,46 +131,48 @@ template <class Arch, std::size_t R, std::size_t NV>
 }
 
 template <class Arch, std::size_t NV>
-void value_columns(const float* a, std::size_t lda, std::size_t rows, const float* v, std::size_t ldv, std::size_t keys,
-                   float* o, std::size_t ldo) {
+void value_columns(const float* a, std::size_t ar, std::size_t ac, std::size_t rows, const float* v, std::size_t ldv,
+                   std::size_t keys, float* o, std::size_t ldo, bool accumulate) {
     constexpr std::size_t R = Tiles<Arch>::value_rows, chunk = Tiles<Arch>::value_keys;
     const std::size_t whole = rows / R * R;
     // chunks of keys outside, row tiles inside: a chunk of V stays in cache for all the rows
     // (V whole, a long sequence's, would be read from memory again for every row tile); no
-    // keys: one pass of none, O = 0
+    // keys: one pass of none, O = 0 (or as it was, accumulating)
     for (std::size_t j0 = 0; j0 < keys || j0 == 0; j0 += chunk) {
         const std::size_t n = std::min(chunk, keys - j0);
         const float* vj = v + j0 * ldv;
+        const bool first = j0 == 0 && !accumulate;
         for (std::size_t r = 0; r < whole; r += R)
-            value_tile<Arch, R, NV>(a + r * lda + j0, lda, vj, ldv, n, o + r * ldo, ldo, j0 == 0);
+            value_tile<Arch, R, NV>(a + r * ar + j0 * ac, ar, ac, vj, ldv, n, o + r * ldo, ldo, first);
         if (whole < rows)
             with_rest<R>(
                 rows - whole,
                 [&]<std::size_t Rest>() {
-                    value_tile<Arch, Rest, NV>(a + whole * lda + j0, lda, vj, ldv, n, o + whole * ldo, ldo, j0 == 0);
+                    value_tile<Arch, Rest, NV>(a + whole * ar + j0 * ac, ar, ac, vj, ldv, n, o + whole * ldo, ldo,
+                                               first);
                 },
                 std::make_index_sequence<R - 1>{});
     }
 }
 
 template <class Arch>
-void product(const float* a, std::size_t lda, std::size_t rows, const float* v, std::size_t ldv, std::size_t keys,
-             std::size_t dv, float* o, std::size_t ldo) {
+void product(const float* a, std::size_t ar, std::size_t ac, std::size_t rows, const float* v, std::size_t ldv,
+             std::size_t keys, std::size_t dv, float* o, std::size_t ldo, bool accumulate) {
     constexpr std::size_t W = xsimd::batch<float, Arch>::size, NV = Tiles<Arch>::value_vectors;
     static_assert(NV <= 4);
     for (std::size_t c = 0; c < dv; c += NV * W) {
         switch (std::min(NV, (dv - c) / W)) {  // the last columns: fewer vectors
             case 4:
-                value_columns<Arch, 4>(a, lda, rows, v + c, ldv, keys, o + c, ldo);
+                value_columns<Arch, 4>(a, ar, ac, rows, v + c, ldv, keys, o + c, ldo, accumulate);
                 break;
             case 3:
-                value_columns<Arch, 3>(a, lda, rows, v + c, ldv, keys, o + c, ldo);
+                value_columns<Arch, 3>(a, ar, ac, rows, v + c, ldv, keys, o + c, ldo, accumulate);
                 break;
             case 2:
-                value_columns<Arch, 2>(a, lda, rows, v + c, ldv, keys, o + c, ldo);
+                value_columns<Arch, 2>(a, ar, ac, rows, v + c, ldv, keys, o + c, ldo, accumulate);
                 break;
             default:
-                value_columns<Arch, 1>(a, lda, rows, v + c, ldv, keys, o + c, ldo);
+                value_columns<Arch, 1>(a, ar, ac, rows, v + c, ldv, keys, o + c, ldo, accumulate);
                 break;
         }
     }
@@ -177,7 +181,7 @@ void product(const float* a, std::size_t lda, std::size_t rows, const float* v, 
 template <class Arch>
 void weighted_sum(const float* a, std::size_t lda, std::size_t rows, const float* v, std::size_t keys, std::size_t dv,
                   float* o) {
-    product<Arch>(a, lda, rows, v, dv, keys, dv, o, dv);
+    product<Arch>(a, lda, 1, rows, v, dv, keys, dv, o, dv, false);
 }
 
 template <class Arch>

@@ -252,27 +252,29 @@ void blas_select_kernel() {
 
 namespace {
 
-// f32 blocks C = A·B (no transpose, alpha 1, beta 0, columns a multiple of the vector width)
-// run on the register-tile kernels of the attention step (engine/attention_gemm.hpp), not
-// OpenBLAS: they read A and B in place where OpenBLAS packs both for every call. On a Zen 5
+// f32 blocks C = op(A)·B and C += op(A)·B (B not transposed, alpha 1, beta 0 or 1, columns a
+// multiple of the vector width: the projections, and the backward's dW = Xᵀ·dY, dV = Aᵀ·dO,
+// dK = dSᵀ·Q) run on the register-tile kernels of the attention step
+// (engine/attention_gemm.hpp), not OpenBLAS: they read A and B in place where OpenBLAS packs
+// both for every call; with beta 1 each element's chain starts from C's value. On a Zen 5
 // against OpenBLAS's Cooperlake kernel, one thread (bench/bench_attention_gemm.cpp): a head's projection
 // (128 x 64 x 768) 1.25x as fast, a whole block (128 x 256 x 768) 1.1x, a block of 32 rows
 // 1.4x, one row (decoding) level. The choice depends on the block's shape only, never on
 // the thread count; each element is one multiply-add chain in order, as on OpenBLAS.
 std::atomic<bool> blocks_on_blas{false};
 
-const attention_gemm::Kernels* block_kernels(bool trans_a, bool trans_b, float alpha, float beta) {
+const attention_gemm::Kernels* block_kernels(bool trans_b, float alpha, float beta) {
     const attention_gemm::Kernels* k = attention_gemm::kernels();
-    return k && !trans_a && !trans_b && alpha == 1.0f && beta == 0.0f && !blocks_on_blas.load() ? k : nullptr;
+    return k && !trans_b && alpha == 1.0f && (beta == 0.0f || beta == 1.0f) && !blocks_on_blas.load() ? k : nullptr;
 }
-const attention_gemm::Kernels* block_kernels(bool, bool, double, double) {
+const attention_gemm::Kernels* block_kernels(bool, double, double) {
     return nullptr;
 }
 
 }  // namespace
 
 std::string gemm_block_kernels() {
-    const attention_gemm::Kernels* k = block_kernels(false, false, 1.0f, 0.0f);
+    const attention_gemm::Kernels* k = block_kernels(false, 1.0f, 0.0f);
     return k ? k->isa : "";
 }
 
@@ -298,7 +300,7 @@ void gemm(bool trans_a, bool trans_b, std::size_t m, std::size_t n, std::size_t 
         small_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
         return;
     }
-    const attention_gemm::Kernels* kernels = block_kernels(trans_a, trans_b, alpha, beta);
+    const attention_gemm::Kernels* kernels = block_kernels(trans_b, alpha, beta);
     parallel_chunks(row_blocks * col_blocks, 1, [&](std::size_t b0, std::size_t b1) {
         for (std::size_t blk = b0; blk < b1; ++blk) {
             const std::size_t r0 = (blk / col_blocks) * gemm_row_block, c0 = (blk % col_blocks) * gemm_col_block;
@@ -314,7 +316,8 @@ void gemm(bool trans_a, bool trans_b, std::size_t m, std::size_t n, std::size_t 
             }
             if constexpr (std::is_same_v<T, float>) {
                 if (kernels && cols % kernels->value_width == 0) {
-                    kernels->product(a_block, lda, rows, b_block, ldb, k, cols, c + r0 * ldc + c0, ldc);
+                    kernels->product(a_block, trans_a ? 1 : lda, trans_a ? lda : 1, rows, b_block, ldb, k, cols,
+                                     c + r0 * ldc + c0, ldc, beta == 1.0f);
                     continue;
                 }
             }

@@ -3,9 +3,9 @@
 // single-threaded inside, cut into fixed blocks of rows and columns that oneTBB runs in
 // parallel (one thread pool for everything; results independent of the thread count).
 // A block of at most 1024 multiply-adds is a plain loop instead of an OpenBLAS call (the
-// call costs more than such a product); an f32 block A·B (no transpose, alpha 1, beta 0)
-// runs on the attention step's SIMD kernels (engine/attention_gemm.hpp), which read A and B
-// in place where OpenBLAS packs them for every call.
+// call costs more than such a product); an f32 block op(A)·B (alpha 1, beta 0 or 1) runs on
+// the attention step's SIMD kernels (engine/attention_gemm.hpp), which read A and B in place
+// where OpenBLAS packs them for every call.
 //
 // OpenBLAS picks its kernel from the CPU model when it loads, and falls back to Prescott
 // (SSE3) kernels on a model it does not know. Before the first GEMM the engine checks the
@@ -29,7 +29,7 @@ constexpr std::size_t gemm_row_block = 128;
 /// gemm_row_block x gemm_col_block, so a GEMM of few rows still gives every core work.
 constexpr std::size_t gemm_col_block = 256;
 
-/// The instruction set of the SIMD kernels f32 GEMM blocks A·B run on ("avx512", "avx2");
+/// The instruction set of the SIMD kernels f32 GEMM blocks op(A)·B run on ("avx512", "avx2");
 /// empty when every block runs on OpenBLAS (a CPU without AVX2 + FMA, a non-x86 build, or
 /// after gemm_blocks_on_blas(true)).
 std::string gemm_block_kernels();

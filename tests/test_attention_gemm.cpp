@@ -118,24 +118,34 @@ BOOST_AUTO_TEST_CASE(strided_products_are_fma_chains_and_write_their_columns_onl
     };
     const Case cases[] = {{1, 768, 4, 0, 0}, {128, 768, 16, 512, 0}, {7, 33, 3, 5, 2}, {13, 300, 5, 1, 7}};
     for (const attention_gemm::Kernels* kernels : attention_gemm::runnable())
-        for (const Case& c : cases) {
-            const std::size_t n = c.n_vectors * kernels->value_width, lda = c.k + 3, ldb = n + c.b_pad,
-                              ldc = n + c.c_pad;
-            const std::vector<float> a = random_values(c.rows * lda, 6), b = random_values(c.k * ldb, 7);
-            std::vector<float> out(c.rows * ldc, sentinel);
-            kernels->product(a.data(), lda, c.rows, b.data(), ldb, c.k, n, out.data(), ldc);
-            std::size_t wrong = 0, overwritten = 0;
-            for (std::size_t r = 0; r < c.rows; ++r) {
-                for (std::size_t j = 0; j < n; ++j) {
-                    float want = 0.0f;
-                    for (std::size_t i = 0; i < c.k; ++i) want = std::fma(a[r * lda + i], b[i * ldb + j], want);
-                    wrong += !same_bits(out[r * ldc + j], want);
+        for (const Case& c : cases)
+            for (const bool transposed : {false, true})
+                for (const bool accumulate : {false, true}) {
+                    const std::size_t n = c.n_vectors * kernels->value_width, ldb = n + c.b_pad, ldc = n + c.c_pad;
+                    // A's element (r, i): a[r·ar + i·ac], as stored (rows × k) or transposed (k × rows)
+                    const std::size_t lda = transposed ? c.rows + 3 : c.k + 3;
+                    const std::size_t ar = transposed ? 1 : lda, ac = transposed ? lda : 1;
+                    const std::vector<float> a = random_values((transposed ? c.k : c.rows) * lda, 6),
+                                             b = random_values(c.k * ldb, 7), c0 = random_values(c.rows * ldc, 8);
+                    std::vector<float> out = c0;
+                    for (std::size_t r = 0; r < c.rows; ++r)
+                        for (std::size_t j = n; j < ldc; ++j) out[r * ldc + j] = sentinel;
+                    kernels->product(a.data(), ar, ac, c.rows, b.data(), ldb, c.k, n, out.data(), ldc, accumulate);
+                    std::size_t wrong = 0, overwritten = 0;
+                    for (std::size_t r = 0; r < c.rows; ++r) {
+                        for (std::size_t j = 0; j < n; ++j) {
+                            float want = accumulate ? c0[r * ldc + j] : 0.0f;
+                            for (std::size_t i = 0; i < c.k; ++i)
+                                want = std::fma(a[r * ar + i * ac], b[i * ldb + j], want);
+                            wrong += !same_bits(out[r * ldc + j], want);
+                        }
+                        for (std::size_t j = n; j < ldc; ++j) overwritten += out[r * ldc + j] != sentinel;
+                    }
+                    BOOST_TEST(wrong == 0u, kernels->isa << " rows " << c.rows << " k " << c.k << " n " << n
+                                                         << (transposed ? " A transposed" : "")
+                                                         << (accumulate ? " accumulating" : ""));
+                    BOOST_TEST(overwritten == 0u, kernels->isa << " wrote past its columns");
                 }
-                for (std::size_t j = n; j < ldc; ++j) overwritten += out[r * ldc + j] != sentinel;
-            }
-            BOOST_TEST(wrong == 0u, kernels->isa << " rows " << c.rows << " k " << c.k << " n " << n);
-            BOOST_TEST(overwritten == 0u, kernels->isa << " wrote past its columns");
-        }
 }
 
 BOOST_AUTO_TEST_CASE(non_finite_values_propagate_as_in_a_plain_product) {

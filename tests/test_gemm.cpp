@@ -94,9 +94,9 @@ std::vector<Problem<T>> problems() {
             const auto b = random_values<T>((tb ? c.n : c.k) * ldb, seed++);
             const auto c0 = random_values<T>(c.m * ldc, seed++);
             const auto ab = reference_product<T>(ta, tb, c.m, c.n, c.k, a, lda, b, ldb);
-            // alpha 1, beta 0: an f32 A·B block runs on the SIMD kernels where the CPU has them
+            // alpha 1, beta 0 or 1: an f32 op(A)·B block runs on the SIMD kernels where the CPU has them
             for (const auto& [alpha, beta] :
-                 {std::pair{T(1.25), T(0)}, std::pair{T(1.25), T(0.5)}, std::pair{T(1), T(0)}}) {
+                 {std::pair{T(1.25), T(0)}, std::pair{T(1.25), T(0.5)}, std::pair{T(1), T(0)}, std::pair{T(1), T(1)}}) {
                 auto want = reference<T>(ab, c.m, c.n, alpha, beta, c0, ldc);
                 all.push_back({c, ta, tb, lda, ldb, ldc, alpha, beta, a, b, c0, std::move(want)});
             }
@@ -174,9 +174,9 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(every_selectable_kernel_against_plain_loops, T, Ty
     if (blas_kernel().name != selected.name) BOOST_TEST_REQUIRE(blas_use_kernel(selected.name));
 }
 
-// An f32 A·B block on the SIMD kernels: each element one std::fma chain over k in order, the
-// same bits whichever block it falls in (here four blocks of rows and columns, and k past the
-// kernels' chunks of 256).
+// An f32 op(A)·B block on the SIMD kernels: each element one std::fma chain over k in order,
+// from 0 (beta 0) or from C's value (beta 1), the same bits whichever block it falls in (here
+// four blocks of rows and columns, and k past the kernels' chunks of 256).
 BOOST_AUTO_TEST_CASE(f32_products_on_the_simd_kernels_are_fma_chains) {
     if (gemm_block_kernels().empty()) {
         BOOST_TEST_MESSAGE("no SIMD kernels on this CPU: every block is OpenBLAS's");
@@ -185,20 +185,27 @@ BOOST_AUTO_TEST_CASE(f32_products_on_the_simd_kernels_are_fma_chains) {
 #endif
         return;
     }
-    const std::size_t m = 130, n = 272, k = 700, lda = k + 1, ldb = n + 16, ldc = n + 3;
-    const auto a = random_values<float>(m * lda, 7), b = random_values<float>(k * ldb, 8);
-    std::vector<float> c(m * ldc, 3.0f);
-    gemm<float>(false, false, m, n, k, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, c.data(), ldc);
-    std::size_t wrong = 0;
-    for (std::size_t i = 0; i < m; ++i) {
-        for (std::size_t j = 0; j < n; ++j) {
-            float want = 0.0f;
-            for (std::size_t p = 0; p < k; ++p) want = std::fma(a[i * lda + p], b[p * ldb + j], want);
-            wrong += c[i * ldc + j] != want;
+    const std::size_t m = 130, n = 272, k = 700, ldb = n + 16, ldc = n + 3;
+    for (const bool ta : {false, true})
+        for (const float beta : {0.0f, 1.0f}) {
+            const std::size_t lda = ta ? m + 2 : k + 1;
+            const auto a = random_values<float>((ta ? k : m) * lda, 7), b = random_values<float>(k * ldb, 8);
+            const auto c0 = random_values<float>(m * ldc, 9);
+            std::vector<float> c = c0;
+            gemm<float>(ta, false, m, n, k, 1.0f, a.data(), lda, b.data(), ldb, beta, c.data(), ldc);
+            std::size_t wrong = 0;
+            for (std::size_t i = 0; i < m; ++i) {
+                for (std::size_t j = 0; j < n; ++j) {
+                    float want = beta == 0.0f ? 0.0f : c0[i * ldc + j];
+                    for (std::size_t p = 0; p < k; ++p)
+                        want = std::fma(ta ? a[p * lda + i] : a[i * lda + p], b[p * ldb + j], want);
+                    wrong += c[i * ldc + j] != want;
+                }
+                for (std::size_t j = n; j < ldc; ++j) BOOST_TEST(c[i * ldc + j] == c0[i * ldc + j]);
+            }
+            BOOST_TEST(wrong == 0u, gemm_block_kernels() << " ta=" << ta << " beta=" << beta << ": " << wrong
+                                                         << " elements differ from the fma chain");
         }
-        for (std::size_t j = n; j < ldc; ++j) BOOST_TEST(c[i * ldc + j] == 3.0f);
-    }
-    BOOST_TEST(wrong == 0u, gemm_block_kernels() << ": " << wrong << " elements differ from the fma chain");
 }
 
 BOOST_AUTO_TEST_SUITE_END()
