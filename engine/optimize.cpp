@@ -549,6 +549,183 @@ std::vector<std::vector<int>> linear_groups(const Graph& g, const std::vector<bo
     return groups;
 }
 
+// ---- layout chains: Reshape, Permute, Transpose (and a Split's outputs) as one copy -----
+
+bool is_layout(const Node& n) {
+    return (n.is<ops::Reshape>() || n.is<ops::Permute>() || n.is<ops::Transpose>()) && n.inputs.size() == 1 &&
+           n.outputs.size() == 1;
+}
+
+StridedView contiguous_view(const Shape& shape) {
+    StridedView v;
+    v.shape = shape;
+    v.strides.assign(shape.size(), 1);
+    for (std::size_t a = shape.size(); a-- > 1;) v.strides[a - 1] = v.strides[a] * shape[a];
+    return v;
+}
+
+// v with its axes permuted: axis i of the result is axis p[i] of v.
+void permute_view(StridedView& v, const std::vector<std::size_t>& p) {
+    StridedView to = v;
+    for (std::size_t i = 0; i < p.size(); ++i) {
+        to.shape[i] = v.shape[p[i]];
+        to.strides[i] = v.strides[p[i]];
+    }
+    v = std::move(to);
+}
+
+// v reshaped to `to` (as many elements) without moving any, as numpy reshapes a view: each
+// run of v's axes that becomes a run of new axes must be contiguous in itself. False when the
+// strides cannot express it (the reshape needs a copy of its own).
+bool reshape_view(StridedView& v, const Shape& to) {
+    Shape old;
+    std::vector<std::size_t> os;
+    for (std::size_t a = 0; a < v.shape.size(); ++a)
+        if (v.shape[a] != 1) old.push_back(v.shape[a]), os.push_back(v.strides[a]);
+    std::vector<std::size_t> ns(to.size(), 1);
+    const std::size_t on = old.size(), nn = to.size();
+    std::size_t oi = 0, oj = 1, ni = 0, nj = 1;
+    while (ni < nn && oi < on) {
+        std::size_t np = to[ni], op = old[oi];
+        while (np != op) {
+            if (np < op) {
+                if (nj >= nn) return false;
+                np *= to[nj++];
+            } else {
+                if (oj >= on) return false;
+                op *= old[oj++];
+            }
+        }
+        for (std::size_t ok = oi; ok + 1 < oj; ++ok)
+            if (os[ok] != old[ok + 1] * os[ok + 1]) return false;
+        ns[nj - 1] = os[oj - 1];
+        for (std::size_t nk = nj - 1; nk > ni; --nk) ns[nk - 1] = ns[nk] * to[nk];
+        ni = nj++;
+        oi = oj++;
+    }
+    for (; ni < nn; ++ni)
+        if (to[ni] != 1) return false;
+    if (oi < on) return false;
+    v.shape = to;
+    v.strides = std::move(ns);
+    return true;
+}
+
+// The same elements in the same order over fewer axes: axes of length 1 dropped, and an axis
+// merged into the one before it where that one steps over it whole (longer inner rows).
+void simplify_view(StridedView& v) {
+    Shape shape;
+    std::vector<std::size_t> strides;
+    for (std::size_t a = 0; a < v.shape.size(); ++a) {
+        if (v.shape[a] == 1) continue;
+        if (!shape.empty() && strides.back() == v.strides[a] * v.shape[a]) {
+            shape.back() *= v.shape[a];
+            strides.back() = v.strides[a];
+            continue;
+        }
+        shape.push_back(v.shape[a]);
+        strides.push_back(v.strides[a]);
+    }
+    if (shape.empty()) shape = {1}, strides = {1};
+    v.shape = std::move(shape);
+    v.strides = std::move(strides);
+}
+
+// A chain of fewer elements stays as its nodes: its copies take a microsecond or so either
+// way, and small graphs (the seed's, a decoding step's) keep the plan and the memory
+// placement they had. (Decoding one token after 1024 (12 heads, d_model 768) took 10 %
+// longer with its 768-element chains as layout steps, all of it in packing K; its run's
+// allocations land elsewhere, and glibc's malloc settings change the sign.)
+constexpr std::size_t layout_min_elements = std::size_t{1} << 14;
+
+// The layout steps, over the nodes no other rewrite took. Walking backwards, a layout node
+// not yet taken ends a chain that climbs through unseen values read once by layout nodes. A
+// Split whose every output is unseen and read once by a layout node is dissolved: the chains
+// from its outputs copy out of its input, each its own slice, and the Split never runs. A
+// chain is a step when it saves a copy: two nodes or more, or one from a dissolved Split.
+void plan_layouts(const Graph& graph, const Matcher& m, std::vector<bool>& folded, std::vector<Step>& fused) {
+    const auto& nodes = graph.nodes();
+    std::vector<int> reader(graph.values().size(), -1);
+    for (std::size_t i = 0; i < nodes.size(); ++i)
+        for (int id : nodes[i].inputs) reader[static_cast<std::size_t>(id)] = static_cast<int>(i);
+    auto unseen_once = [&](int id) { return !m.kept(id) && m.uses(id) == 1; };
+    auto large = [&](int id) { return element_count(m.shape(id)) >= layout_min_elements; };
+    std::vector<bool> dissolved(nodes.size(), false), listed(nodes.size(), false);
+    for (std::size_t i = 0; i < nodes.size(); ++i) {
+        const Node& n = nodes[i];
+        if (folded[i] || !n.is<ops::Split>() || n.inputs.size() != 1) continue;
+        bool all = true;
+        for (int out : n.outputs) {
+            const int r = unseen_once(out) && large(out) ? reader[static_cast<std::size_t>(out)] : -1;
+            all = all && r >= 0 && !folded[static_cast<std::size_t>(r)] &&
+                  is_layout(nodes[static_cast<std::size_t>(r)]) &&
+                  fused[static_cast<std::size_t>(r)].kind == StepKind::node;
+        }
+        dissolved[i] = all;
+    }
+    for (std::size_t e = nodes.size(); e-- > 0;) {
+        if (folded[e] || !is_layout(nodes[e]) || fused[e].kind != StepKind::node) continue;
+        std::vector<int> chain{static_cast<int>(e)};  // from the end up
+        int top = nodes[e].inputs[0];
+        for (int p = m.producer(top);
+             p >= 0 && unseen_once(top) && !folded[static_cast<std::size_t>(p)] &&
+             is_layout(nodes[static_cast<std::size_t>(p)]) && fused[static_cast<std::size_t>(p)].kind == StepKind::node;
+             p = m.producer(top)) {
+            chain.push_back(p);
+            top = nodes[static_cast<std::size_t>(p)].inputs[0];
+        }
+        if (!large(top)) continue;
+        // the view of the top's value in its source, then down the chain
+        int source = top, split = -1;
+        StridedView v = contiguous_view(m.shape(top));
+        if (const int p = m.producer(top); p >= 0 && dissolved[static_cast<std::size_t>(p)]) {
+            const Node& sn = nodes[static_cast<std::size_t>(p)];
+            split = p;
+            source = sn.inputs[0];
+            const Shape& xs = m.shape(source);
+            const auto& attrs = *sn.attrs_if<ops::Split>();
+            const std::size_t axis = ops::normalize_axis(attrs.axis, xs.size());
+            const auto sizes = ops::Split::sizes(attrs, xs);
+            v = contiguous_view(xs);
+            for (std::size_t j = 0; j < sn.outputs.size() && sn.outputs[j] != top; ++j)
+                v.offset += sizes[j] * v.strides[axis];
+            v.shape[axis] = m.shape(top)[axis];
+        }
+        std::size_t first = chain.size();  // chain[first - 1] is the first node the step runs
+        for (std::size_t k = chain.size(); k-- > 0;) {
+            const Node& n = nodes[static_cast<std::size_t>(chain[k])];
+            if (n.is<ops::Reshape>()) {
+                if (k == 0) break;  // the last reshape: the copy's order already is its order
+                if (!reshape_view(v, m.shape(n.outputs[0]))) {  // a copy of its own: start after it
+                    first = k, split = -1, source = n.outputs[0];
+                    v = contiguous_view(m.shape(source));
+                }
+                continue;
+            }
+            const std::size_t rank = v.shape.size();
+            permute_view(v, n.is<ops::Permute>()
+                                ? ops::checked_permutation(n.attrs_if<ops::Permute>()->perm.value, rank)
+                                : ops::Transpose::permutation(*n.attrs_if<ops::Transpose>(), rank));
+        }
+        if (first < 2 && split < 0) continue;  // one node from a value: the node's own copy
+        Step s;
+        s.kind = StepKind::layout;
+        s.inputs = {source};
+        for (std::size_t k = 1; k < first; ++k) {
+            s.folded.push_back(chain[k]);
+            folded[static_cast<std::size_t>(chain[k])] = true;
+        }
+        if (split >= 0) {
+            folded[static_cast<std::size_t>(split)] = true;
+            if (!listed[static_cast<std::size_t>(split)]) s.folded.push_back(split);  // counted once
+            listed[static_cast<std::size_t>(split)] = true;
+        }
+        simplify_view(v);
+        s.view = std::make_shared<const StridedView>(std::move(v));
+        fused[e] = std::move(s);
+    }
+}
+
 }  // namespace
 
 Plan make_plan(const Graph& graph, const std::vector<bool>& keep, bool optimize) {
@@ -590,6 +767,7 @@ Plan make_plan(const Graph& graph, const std::vector<bool>& keep, bool optimize)
             }
             fused[static_cast<std::size_t>(grp[0])] = std::move(s);
         }
+        plan_layouts(graph, Matcher(graph, keep), folded, fused);
     }
     plan.steps.reserve(nodes.size());
     for (std::size_t i = 0; i < nodes.size(); ++i) {
@@ -604,7 +782,7 @@ Plan make_plan(const Graph& graph, const std::vector<bool>& keep, bool optimize)
 }
 
 std::string Plan::describe(const Graph& graph) const {
-    static const char* kinds[] = {"node", "matmul_tb", "scaled_softmax", "attention", "linear_group"};
+    static const char* kinds[] = {"node", "matmul_tb", "scaled_softmax", "attention", "linear_group", "layout"};
     std::string text;
     for (const Step& s : steps) {
         if (s.kind == StepKind::node) continue;
@@ -700,6 +878,36 @@ void scaled_softmax_forward(const Array<T>& x, Array<T>& y, T factor) {
 
 }  // namespace
 
+namespace {
+
+// y's elements, in row-major order, out of x as `v` places them: rows of the view's last
+// axis, in fixed chunks of about 16K elements.
+template <class T>
+void layout_copy(const Array<T>& x, const StridedView& v, Array<T>& y) {
+    const T* src = x.data() + v.offset;
+    T* dst = y.data();
+    const std::size_t rank = v.shape.size(), inner = v.shape.back(), step = v.strides.back();
+    const std::size_t rows = y.size() / inner;
+    parallel_chunks(rows, std::max<std::size_t>(1, (std::size_t{1} << 14) / inner),
+                    [&](std::size_t r0, std::size_t r1) {
+                        for (std::size_t r = r0; r < r1; ++r) {
+                            std::size_t at = 0, rest = r;
+                            for (std::size_t a = rank - 1; a-- > 0;) {
+                                at += (rest % v.shape[a]) * v.strides[a];
+                                rest /= v.shape[a];
+                            }
+                            const T* from = src + at;
+                            T* to = dst + r * inner;
+                            if (step == 1)
+                                std::copy(from, from + inner, to);
+                            else
+                                for (std::size_t j = 0; j < inner; ++j) to[j] = from[j * step];
+                        }
+                    });
+}
+
+}  // namespace
+
 template <class T>
 void run_step(const Graph& graph, const Step& step, In<T> in, Out<T> out) {
     const T factor = static_cast<T>(step.factor);
@@ -720,6 +928,9 @@ void run_step(const Graph& graph, const Step& step, In<T> in, Out<T> out) {
             return;
         case StepKind::linear_group:
             linear_group_forward<T>(in, out, step.member_inputs);
+            return;
+        case StepKind::layout:
+            layout_copy<T>(*in[0], *step.view, *out[0]);
             return;
     }
 }

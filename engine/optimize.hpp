@@ -22,10 +22,16 @@
 //                   Q, K, V projections): one wide GEMM x·[W1 | W2 | ...], each node's
 //                   output copied out of it with its bias added. Every output is still
 //                   materialised, so this one applies to traced runs too.
+//   layout          a chain of Reshape, Permute and Transpose nodes with its values in
+//                   between unseen, perhaps from an output of a Split whose outputs all start
+//                   such chains (the batched heads' Q, K and V out of one QKV projection, O back
+//                   into rows): one strided copy out of the chain's source instead of a copy
+//                   per node.
 //
 // Every rewrite runs the same GEMM row blocks and the same softmax kernel as the nodes it
 // replaces, so an optimised run gives the plain run's numbers (a transposed GEMM operand may
-// change OpenBLAS's rounding in the last bit) and remains bit-identical for any thread count.
+// change OpenBLAS's rounding in the last bit) and remains bit-identical for any thread count
+// (a layout step moves values without arithmetic).
 #include <memory>
 #include <string>
 #include <vector>
@@ -35,7 +41,15 @@
 
 namespace attngraph {
 
-enum class StepKind { node, matmul_tb, scaled_softmax, attention, linear_group };
+enum class StepKind { node, matmul_tb, scaled_softmax, attention, linear_group, layout };
+
+/// @brief Where a layout step finds its output's elements: element i in row-major order over
+/// `shape` is the source's element offset + Σ_a index_a·strides[a] (in elements).
+struct StridedView {
+    Shape shape;
+    std::vector<std::size_t> strides;
+    std::size_t offset = 0;
+};
 
 /// @brief One unit of work of a run: a node, or several nodes fused.
 struct Step {
@@ -49,6 +63,7 @@ struct Step {
     bool scaled = false;       ///< whether `factor` applies
     std::shared_ptr<const AttentionSpec> attention;  ///< attention: the chain and the kept values (outputs 1, 2, ...)
     std::size_t member_inputs = 0;  ///< linear_group: inputs per node after the shared x (W, or W and b)
+    std::shared_ptr<const StridedView> view;  ///< layout: the output's elements in the input (inputs[0])
 };
 
 /// @brief The steps of a run, in an order where every step follows the producers of its inputs.

@@ -224,6 +224,94 @@ BOOST_DATA_TEST_CASE(optimised_is_bytewise_the_same_for_any_thread_count, bdata:
 
 // Steps become ready while the first ready ones are still being spawned: each must run once
 // (a step run twice found its inputs released; this crashed one run in a few hundred).
+// Layout chains (Split, Reshape, Permute, Transpose with unseen values between) become one
+// strided copy each: the batched heads' Q, K and V out of one QKV (the Split dissolved), O
+// back into rows, and a Transpose whose Reshape cannot be a view of it. Values checked
+// against index formulas written here, and against the plain run at 1 and 2 threads.
+BOOST_AUTO_TEST_CASE(layout_chains_are_one_copy_each) {
+    const std::size_t n = 64, h = 4, d = 64, w = h * d;  // 16K elements a chain: the least that folds
+    const Tensor x = graphs::random_tensor({n, 3 * w}, DType::f32, 11);
+    const Tensor o = graphs::random_tensor({h, n, d}, DType::f32, 12);
+    const Tensor z = graphs::random_tensor({64, 256}, DType::f32, 13);
+    GraphBuilder b("layouts");
+    const Value xv = b.input("X", x), ov = b.input("O", o), zv = b.input("Z", z);
+    const std::vector<Value> parts = split(xv, 3, -1);
+    const int hi = static_cast<int>(h), di = static_cast<int>(d), ni = static_cast<int>(n);
+    for (std::size_t p = 0; p < 3; ++p)
+        b.output(permute(reshape(parts[p], {ni, hi, di}), {1, 0, 2}).named(std::string(1, "QKV"[p])));
+    b.output(reshape(permute(ov, {1, 0, 2}), {ni, static_cast<int>(w)}).named("O_concat"));
+    // (64, 256) transposed, then (128, 128): not a view of the transposed strides; then transposed
+    b.output(transpose(reshape(transpose(zv), {128, 128})).named("P"));
+    const Graph g = b.build();
+    const Plan plan = make_plan(g, kept(g, {}));
+    BOOST_TEST(count_steps(plan, StepKind::layout) == 5u);  // Q, K, V; O_concat; Zᵀ reshaped
+    BOOST_TEST(count_steps(plan, StepKind::node) == 1u);    // P's own Transpose
+    BOOST_TEST(plan.steps.size() == 6u);                    // the Split runs in none of them
+    BOOST_TEST(count_steps(make_plan(g, std::vector<bool>(g.values().size(), true)), StepKind::layout) == 0u);
+
+    for (int threads : {1, 2}) {
+        RunOptions fast, plain;
+        fast.threads = plain.threads = threads;
+        plain.optimize = false;
+        const RunResult rf = run(g, fast), rp = run(g, plain);
+        BOOST_TEST_CONTEXT("threads " << threads) {
+            for (std::size_t p = 0; p < 3; ++p) {
+                const Tensor& got = rf.at(g, std::string(1, "QKV"[p]));
+                BOOST_TEST_REQUIRE((got.shape() == Shape{h, n, d}));
+                std::size_t wrong = 0;
+                for (std::size_t hh = 0; hh < h; ++hh)
+                    for (std::size_t i = 0; i < n; ++i)
+                        for (std::size_t c = 0; c < d; ++c)
+                            wrong += got.at_flat((hh * n + i) * d + c) != x.at_flat(i * 3 * w + p * w + hh * d + c);
+                BOOST_TEST(wrong == 0u, "QKV"[p] << ": " << wrong << " elements misplaced");
+                BOOST_TEST((got == rp.at(g, std::string(1, "QKV"[p]))));
+            }
+            const Tensor& oc = rf.at(g, "O_concat");
+            std::size_t wrong = 0;
+            for (std::size_t i = 0; i < n; ++i)
+                for (std::size_t j = 0; j < w; ++j)
+                    wrong += oc.at_flat(i * w + j) != o.at_flat(((j / d) * n + i) * d + j % d);
+            BOOST_TEST(wrong == 0u, "O_concat: " << wrong << " elements misplaced");
+            const Tensor& pt = rf.at(g, "P");  // P[c][r] = R[r][c], R = (Zᵀ's values in order) as (128, 128)
+            wrong = 0;
+            for (std::size_t c = 0; c < 128; ++c)
+                for (std::size_t r = 0; r < 128; ++r) {
+                    const std::size_t f = r * 128 + c;  // element f of Zᵀ (256, 64): Z[f % 64][f / 64]
+                    wrong += pt.at_flat(c * 128 + r) != z.at_flat((f % 64) * 256 + f / 64);
+                }
+            BOOST_TEST(wrong == 0u, "P: " << wrong << " elements misplaced");
+            BOOST_TEST((oc == rp.at(g, "O_concat")));
+            BOOST_TEST((pt == rp.at(g, "P")));
+        }
+    }
+}
+
+// A Split with an output that is kept, or read by a node that is not a layout node, runs:
+// the chains start at its outputs (the one-node chains there are left to their nodes). A
+// chain of fewer than 16K elements stays as its nodes.
+BOOST_AUTO_TEST_CASE(a_split_with_a_seen_output_runs) {
+    GraphBuilder b("split_seen");
+    const Value xv = b.input("X", graphs::random_tensor({64, 512}, DType::f32, 3));
+    const std::vector<Value> parts = split(xv, 2, -1);
+    b.output(permute(reshape(parts[0], {64, 4, 64}), {1, 0, 2}).named("A"));
+    b.output(scale(parts[1], 2.0).named("B"));
+    const Graph g = b.build();
+    const Plan plan = make_plan(g, kept(g, {}));
+    BOOST_TEST(count_steps(plan, StepKind::layout) == 1u);  // A's Reshape and Permute, from the Split's output
+    BOOST_TEST(plan.steps.size() == 3u);                    // Split, layout, Scale
+    RunOptions plain;
+    plain.optimize = false;
+    const RunResult rf = run(g, {}), rp = run(g, plain);
+    BOOST_TEST((rf.at(g, "A") == rp.at(g, "A")));
+    BOOST_TEST((rf.at(g, "B") == rp.at(g, "B")));
+
+    GraphBuilder small("small_chain");
+    const Value y = small.input("Y", graphs::random_tensor({64, 255}, DType::f32, 4));
+    small.output(transpose(reshape(y, {255, 64})).named("C"));
+    const Graph gs = small.build();
+    BOOST_TEST(count_steps(make_plan(gs, kept(gs, {})), StepKind::layout) == 0u);
+}
+
 BOOST_AUTO_TEST_CASE(repeated_parallel_runs_run_each_step_once) {
     graphs::MhaConfig c = config(256);
     c.d_model = 64;
