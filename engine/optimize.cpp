@@ -557,11 +557,7 @@ bool is_layout(const Node& n) {
 }
 
 StridedView contiguous_view(const Shape& shape) {
-    StridedView v;
-    v.shape = shape;
-    v.strides.assign(shape.size(), 1);
-    for (std::size_t a = shape.size(); a-- > 1;) v.strides[a - 1] = v.strides[a] * shape[a];
-    return v;
+    return {shape, ops::broadcast_strides(shape, shape), 0};  // (0 on axes of length 1: never stepped)
 }
 
 // v with its axes permuted: axis i of the result is axis p[i] of v.
@@ -650,7 +646,7 @@ void plan_layouts(const Graph& graph, const Matcher& m, std::vector<bool>& folde
         for (int id : nodes[i].inputs) reader[static_cast<std::size_t>(id)] = static_cast<int>(i);
     auto unseen_once = [&](int id) { return !m.kept(id) && m.uses(id) == 1; };
     auto large = [&](int id) { return element_count(m.shape(id)) >= layout_min_elements; };
-    std::vector<bool> dissolved(nodes.size(), false), listed(nodes.size(), false);
+    std::vector<bool> dissolved(nodes.size(), false);
     for (std::size_t i = 0; i < nodes.size(); ++i) {
         const Node& n = nodes[i];
         if (folded[i] || !n.is<ops::Split>() || n.inputs.size() != 1) continue;
@@ -715,10 +711,9 @@ void plan_layouts(const Graph& graph, const Matcher& m, std::vector<bool>& folde
             s.folded.push_back(chain[k]);
             folded[static_cast<std::size_t>(chain[k])] = true;
         }
-        if (split >= 0) {
+        if (split >= 0 && !folded[static_cast<std::size_t>(split)]) {  // in the first of its chains' steps
+            s.folded.push_back(split);
             folded[static_cast<std::size_t>(split)] = true;
-            if (!listed[static_cast<std::size_t>(split)]) s.folded.push_back(split);  // counted once
-            listed[static_cast<std::size_t>(split)] = true;
         }
         simplify_view(v);
         s.view = std::make_shared<const StridedView>(std::move(v));
@@ -747,8 +742,6 @@ Plan make_plan(const Graph& graph, const std::vector<bool>& keep, bool optimize)
                 fused[i] = std::move(s);
             }
         }
-    }
-    if (optimize) {
         // a group runs where its first node stood: its inputs are x and graph tensors
         for (const auto& grp : linear_groups(graph, folded)) {
             Step s;
@@ -767,7 +760,7 @@ Plan make_plan(const Graph& graph, const std::vector<bool>& keep, bool optimize)
             }
             fused[static_cast<std::size_t>(grp[0])] = std::move(s);
         }
-        plan_layouts(graph, Matcher(graph, keep), folded, fused);
+        plan_layouts(graph, m, folded, fused);
     }
     plan.steps.reserve(nodes.size());
     for (std::size_t i = 0; i < nodes.size(); ++i) {
@@ -876,10 +869,6 @@ void scaled_softmax_forward(const Array<T>& x, Array<T>& y, T factor) {
     });
 }
 
-}  // namespace
-
-namespace {
-
 // y's elements, in row-major order, out of x as `v` places them: rows of the view's last
 // axis, in fixed chunks of about 16K elements.
 template <class T>
@@ -888,22 +877,23 @@ void layout_copy(const Array<T>& x, const StridedView& v, Array<T>& y) {
     T* dst = y.data();
     const std::size_t rank = v.shape.size(), inner = v.shape.back(), step = v.strides.back();
     const std::size_t rows = y.size() / inner;
-    parallel_chunks(rows, std::max<std::size_t>(1, (std::size_t{1} << 14) / inner),
-                    [&](std::size_t r0, std::size_t r1) {
-                        for (std::size_t r = r0; r < r1; ++r) {
-                            std::size_t at = 0, rest = r;
-                            for (std::size_t a = rank - 1; a-- > 0;) {
-                                at += (rest % v.shape[a]) * v.strides[a];
-                                rest /= v.shape[a];
-                            }
-                            const T* from = src + at;
-                            T* to = dst + r * inner;
-                            if (step == 1)
-                                std::copy(from, from + inner, to);
-                            else
-                                for (std::size_t j = 0; j < inner; ++j) to[j] = from[j * step];
-                        }
-                    });
+    parallel_chunks(rows, grain_for(inner, std::size_t{1} << 14), [&](std::size_t r0, std::size_t r1) {
+        for (std::size_t r = r0; r < r1; ++r) {
+            // the row's offset over the axes before the last (ops::broadcast_offset would also
+            // divide by the last: one more division a row, measurable at n = 1024)
+            std::size_t at = 0, rest = r;
+            for (std::size_t a = rank - 1; a-- > 0;) {
+                at += (rest % v.shape[a]) * v.strides[a];
+                rest /= v.shape[a];
+            }
+            const T* from = src + at;
+            T* to = dst + r * inner;
+            if (step == 1)
+                std::copy(from, from + inner, to);
+            else
+                for (std::size_t j = 0; j < inner; ++j) to[j] = from[j * step];
+        }
+    });
 }
 
 }  // namespace
