@@ -5,7 +5,9 @@
 #include <array>
 #include <cmath>
 #include <cstdlib>
+#include <type_traits>
 
+#include "engine/attention_gemm.hpp"
 #include "engine/attention_kernel.hpp"
 #include "engine/gemm.hpp"
 #include "engine/parallel.hpp"
@@ -278,8 +280,27 @@ void backward_blocks(const AttentionOperands<T>& op, const T* a_kept, const T* d
                 gemm<T>(true, false, width, dk, rows, T(1), ds + lo, m, op.q + (b * n + r0) * dk, dk, T(1),
                         dk_b + lo * dk, dk);
         };
+        // f32: dA = dO·Vᵀ on the forward's score kernel with V packed once per O matrix, as the
+        // forward packs K (V read as keys; each element one fma chain over dv in order, whatever
+        // the span: the same bits on [lo, hi) and on a traced row's other keys)
+        const attention_gemm::Kernels* kernels = nullptr;
+        if constexpr (std::is_same_v<T, float>)
+            kernels = m >= attention_gemm::panel && dv ? attention_gemm::kernels() : nullptr;
+        std::vector<T> packed_v(kernels ? attention_gemm::packed_size(m, dv) : 0);
+        // dA's keys [from, to) for the step's rows (row r at out[r·m + j − from])
+        auto da_product = [&](const T* do_blk, std::size_t rows, const T* v, std::size_t from, std::size_t to, T* out) {
+            if (from >= to) return;
+            if constexpr (std::is_same_v<T, float>)
+                if (kernels) {
+                    kernels->scores(do_blk, rows, dv, packed_v.data(), from, to, out, m);
+                    return;
+                }
+            gemm<T>(false, true, rows, to - from, dv, T(1), do_blk, dv, v + from * dv, dv, T(0), out, m);
+        };
         for (std::size_t u = u0; u < u1; ++u) {
             const T* v = op.v + v_of[u] * m * dv;
+            if constexpr (std::is_same_v<T, float>)
+                if (kernels && need_ds) attention_gemm::pack_keys(v, m, dv, packed_v.data());
             T* dv_u = dv_of.target(u);
             const T lambda = diff ? op.lambda[op.lambda_of[u]] : T(0);
             // A_diff = Sub(A_1, A_2_weighted), A_2_weighted = Mul(A_2, lambda): dA_2_weighted =
@@ -349,17 +370,15 @@ void backward_blocks(const AttentionOperands<T>& op, const T* a_kept, const T* d
                     gemm<T>(true, false, width, dv, rows, T(1), w + lo, m, do_blk, dv, T(1), dv_u + lo * dv, dv);
                 if (!need_ds) continue;
                 T* ds = ds_block.data();  // dA (dA_diff), then dS, then dS_raw, in place on [lo, hi)
-                if (width > 0)
-                    gemm<T>(false, true, rows, width, dv, T(1), do_blk, dv, v + lo * dv, dv, T(0), ds + lo, m);
+                da_product(do_blk, rows, v, lo, hi, ds + lo);
                 if (seed && width > 0)
                     for (std::size_t r = 0; r < rows; ++r) add_into(ds + r * m + lo, seed + r * seed_step + lo, width);
-                // traced: whole rows, the keys outside [lo, hi) by calls of their own (one call over
-                // the row would cut its columns elsewhere and could change dS's bits)
+                // traced: whole rows, the keys outside [lo, hi) by calls of their own (one GEMM call
+                // over the row would cut its columns elsewhere and could change dS's bits)
                 if (full_da) {
                     T* full = da_rows.data();
-                    if (lo > 0) gemm<T>(false, true, rows, lo, dv, T(1), do_blk, dv, v, dv, T(0), full, m);
-                    if (hi < m)
-                        gemm<T>(false, true, rows, m - hi, dv, T(1), do_blk, dv, v + hi * dv, dv, T(0), full + hi, m);
+                    da_product(do_blk, rows, v, 0, lo, full);
+                    da_product(do_blk, rows, v, hi, m, full + hi);
                     for (std::size_t r = 0; r < rows; ++r) {
                         std::copy(ds + r * m + lo, ds + r * m + hi, full + r * m + lo);
                         if (seed) {  // (on [lo, hi) ds has it)
