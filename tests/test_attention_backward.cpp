@@ -33,8 +33,9 @@ const std::vector<Case> cases = {
     {{2, 3, 130, 8}, {1, 1, 130, 8}, {1, 1, 130, 8}, true},
     {{3, 70, 12}, {3, 300, 12}, {3, 300, 20}, true},
     {{2, 140, 8}, {2, 140, 8}, {2, 140, 8}, false},
-    // steps of several forward blocks (512 rows here, then the last 188), and of one block
+    // steps of several forward blocks (512 rows here, then the last 88), and of one block
     // where the keys are many (engine/attention_backward.cpp's step_values)
+    {{2, 600, 8}, {2, 250, 8}, {2, 250, 8}, true},
     {{2, 700, 8}, {2, 700, 8}, {2, 700, 8}, true},
     {{1, 300, 8}, {1, 2100, 8}, {1, 2100, 8}, true},
 };
