@@ -26,8 +26,10 @@ void gemm(bool trans_a, bool trans_b, std::size_t m, std::size_t n, std::size_t 
 /// Rows per block of the parallel GEMM (a constant: never derived from the thread count).
 constexpr std::size_t gemm_row_block = 128;
 /// Columns per block of the parallel GEMM (a constant too): C is cut into blocks of
-/// gemm_row_block x gemm_col_block, so a GEMM of few rows still gives every core work.
-constexpr std::size_t gemm_col_block = 256;
+/// gemm_row_block x gemm_col_block, so a GEMM of few rows still gives every core work, and
+/// evenly: at n = 128 the output projection's 768 columns are six blocks (with 256 they were
+/// three, two on one core and one on the other; docs/performance.md, "Column blocks of 128").
+constexpr std::size_t gemm_col_block = 128;
 
 /// The instruction set of the SIMD kernels f32 GEMM blocks op(A)·B run on ("avx512", "avx2");
 /// empty when every block runs on OpenBLAS (a CPU without AVX2 + FMA, a non-x86 build, or

@@ -64,13 +64,14 @@ struct Case {
     std::size_t m, n, k;
 };
 
-// Row and column block edges (128 rows, 256 columns), one-element and empty sums, blocks
-// of at most 1024 multiply-adds (the plain loop: 3x5x7, 32x32x1 at the limit, 2x300x1 over two
+// Row and column block edges (128 rows, 128 columns), one-element and empty sums, blocks
+// of at most 1024 multiply-adds (the plain loop: 3x5x7, 32x32x1 at the limit, 2x300x1 over three
 // column blocks), and f32 A·B blocks on the SIMD kernels (columns a multiple of 16: 129x272x300
-// over four blocks, one row of 64 as decoding makes it; 200x600x300's last block of 88
+// over six blocks, one row of 64 as decoding makes it; 200x600x300's last block of 88
 // columns is OpenBLAS's).
-const Case cases[] = {{1, 1, 1}, {3, 5, 7},   {129, 257, 33}, {128, 256, 64},  {200, 600, 300}, {17, 513, 5},
-                      {4, 3, 0}, {32, 32, 1}, {2, 300, 1},    {129, 272, 300}, {1, 64, 768}};
+const Case cases[] = {{1, 1, 1},      {3, 5, 7},       {129, 129, 33}, {128, 128, 64}, {129, 257, 33},
+                      {128, 256, 64}, {200, 600, 300}, {17, 513, 5},   {4, 3, 0},      {32, 32, 1},
+                      {2, 300, 1},    {129, 272, 300}, {1, 64, 768}};
 
 // One product to check: its operands, and the reference result computed once for every kernel.
 template <class T>
