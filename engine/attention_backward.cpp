@@ -67,10 +67,10 @@ private:
 };
 
 // A step of the backward holds at most step_values values of A (and as many of dS), and
-// at most step_blocks of the forward's blocks: at n = 1024, one block of 128 rows, whose A
-// and dS (512 KiB each) stay in a core's L2 through the step's five products. Steps of
-// 256 and 512 rows were 2 % and 6 % slower on a Zen 4 (docs/performance.md, "Target 5:
-// steps of one block"); at n = 4096 a step is one block either way.
+// at most step_blocks of the forward's blocks: from m = 1024 on one block of 128 rows, whose
+// A and dS (512 KiB each at m = 1024) stay in a core's L2 through the step's five products.
+// The backward with steps of 256 and 512 rows took 2 % and 6 % longer on a Zen 4
+// (docs/performance.md, "Target 5: dA on the score kernel, steps of one block").
 constexpr std::size_t step_values = std::size_t{1} << 17, step_blocks = 4;
 
 void add_into(float* to, const float* from, std::size_t count) {
