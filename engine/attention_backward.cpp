@@ -10,6 +10,7 @@
 #include "engine/attention_gemm.hpp"
 #include "engine/attention_kernel.hpp"
 #include "engine/gemm.hpp"
+#include "engine/finite.hpp"
 #include "engine/parallel.hpp"
 #include "engine/softmax_kernel.hpp"
 #include "ops/mul.hpp"
@@ -81,18 +82,14 @@ void add_into(double* to, const double* from, std::size_t count) {
 }
 
 // Whether rows of values (row r at p + r·ld, columns [lo, hi)) hold a NaN, or with `inf`
-// also an inf (x·0 is ±0 for a finite x): one pass that vectorises, no branch per value.
+// also an inf.
 template <class T>
 bool any_nan(const T* p, std::size_t rows, std::size_t ld, std::size_t lo, std::size_t hi, bool inf) {
-    bool bad = false;
-    for (std::size_t r = 0; r < rows; ++r) {
-        const T* x = p + r * ld;
-        if (inf)
-            for (std::size_t j = lo; j < hi; ++j) bad |= x[j] * T(0) != T(0);
-        else
-            for (std::size_t j = lo; j < hi; ++j) bad |= x[j] != x[j];
-    }
-    return bad;
+    if (lo >= hi) return false;
+    if (ld == hi - lo) return any_not_finite(p + lo, rows * ld, !inf);  // (one span: whole rows)
+    for (std::size_t r = 0; r < rows; ++r)
+        if (any_not_finite(p + r * ld + lo, hi - lo, !inf)) return true;
+    return false;
 }
 
 // `to` += `from` on the columns [lo, hi) of `rows` rows of m values (a traced gradient: the

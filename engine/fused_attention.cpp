@@ -8,6 +8,7 @@
 #include <mutex>
 #include <type_traits>
 
+#include "engine/finite.hpp"
 #include "engine/parallel.hpp"
 #include "engine/softmax_kernel.hpp"
 #include "engine/stream_store.hpp"
@@ -149,17 +150,14 @@ AttentionKernel<T>::AttentionKernel(const AttentionSpec& spec, In<T> in)
         m_lambda = lambda.data();
         m_lambda_finite = std::all_of(m_lambda, m_lambda + lambda.size(), [](T x) { return std::isfinite(x); });
     }
-    // V's values that are inf or NaN: a pass that vectorises (x·0 is ±0 for a finite x, NaN
-    // otherwise), then, only if one is found, where they are (a tiny V is checked inline, with
-    // no allocation: the seed graph's run is a microsecond)
+    // V's values that are inf or NaN: a pass over their bits that vectorises, then, only if
+    // one is found, where they are (a tiny V is checked inline, with no allocation: the seed
+    // graph's run is a microsecond)
     const std::size_t m = spec.m, dv = spec.dv, v_size = m * dv;
     const std::size_t v_matrices = v_size ? in[2]->size() / v_size : 0;
     std::atomic<bool> v_bad{false};
     parallel_chunks(v_matrices, grain_for(v_size), [&](std::size_t v0, std::size_t v1) {
-        const T* x = m_v + v0 * v_size;
-        bool bad = false;
-        for (std::size_t e = 0; e < (v1 - v0) * v_size; ++e) bad |= x[e] * T(0) != T(0);
-        if (bad) v_bad.store(true, std::memory_order_relaxed);
+        if (any_not_finite(m_v + v0 * v_size, (v1 - v0) * v_size)) v_bad.store(true, std::memory_order_relaxed);
     });
     // f32: K packed once per matrix for the attention kernels (a key span of fewer than a
     // panel's keys is left to gemm: a tiny graph's run allocates nothing more)
