@@ -3,6 +3,8 @@
 #include <algorithm>
 
 #if defined(__x86_64__)
+#include <xmmintrin.h>
+
 #include <xsimd/xsimd.hpp>
 #endif
 
@@ -40,10 +42,34 @@ void pack_keys(const float* k, std::size_t m, std::size_t dk, float* out) {
     for (std::size_t p0 = 0; p0 < m; p0 += panel) {
         float* pk = out + p0 * dk;  // panel p0 / panel: dk × panel
         const std::size_t keys = std::min(panel, m - p0);
-        for (std::size_t d = 0; d < dk; ++d) {
+        std::size_t d0 = 0;
+#if defined(__x86_64__)
+        // 4 keys × 4 elements at a time, transposed in SSE registers (baseline x86-64): the
+        // element loop below reads K down its columns, one value a cycle
+        const std::size_t keys4 = keys / 4 * 4;
+        for (; d0 + 4 <= dk; d0 += 4) {
+            for (std::size_t j = 0; j < keys4; j += 4) {
+                const float* kj = k + (p0 + j) * dk + d0;
+                __m128 r0 = _mm_loadu_ps(kj), r1 = _mm_loadu_ps(kj + dk), r2 = _mm_loadu_ps(kj + 2 * dk),
+                       r3 = _mm_loadu_ps(kj + 3 * dk);
+                _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
+                float* o = pk + d0 * panel + j;
+                _mm_storeu_ps(o, r0);
+                _mm_storeu_ps(o + panel, r1);
+                _mm_storeu_ps(o + 2 * panel, r2);
+                _mm_storeu_ps(o + 3 * panel, r3);
+            }
+            for (std::size_t d = d0; d < d0 + 4; ++d) {
+                float* row = pk + d * panel;
+                for (std::size_t j = keys4; j < keys; ++j) row[j] = k[(p0 + j) * dk + d];
+                std::fill(row + keys, row + panel, 0.0f);
+            }
+        }
+#endif
+        for (std::size_t d = d0; d < dk; ++d) {
             float* row = pk + d * panel;
             for (std::size_t j = 0; j < keys; ++j) row[j] = k[(p0 + j) * dk + d];
-            for (std::size_t j = keys; j < panel; ++j) row[j] = 0.0f;
+            std::fill(row + keys, row + panel, 0.0f);
         }
     }
 }

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "engine/attention_gemm.hpp"
@@ -45,17 +46,24 @@ BOOST_AUTO_TEST_CASE(there_are_kernels_on_x86_64) {
 #endif
 }
 
+// (the keys and elements past the last multiple of 4 take pack_keys's element loop, the
+// rest its 4 × 4 transposes: sizes on both sides of each edge)
 BOOST_AUTO_TEST_CASE(packed_keys_are_panels_of_32_zero_padded) {
-    const std::size_t m = 37, dk = 3;
-    const std::vector<float> k = random_values(m * dk, 1);
-    std::vector<float> packed(attention_gemm::packed_size(m, dk), sentinel);
-    BOOST_TEST(packed.size() == 2 * 32 * dk);
-    attention_gemm::pack_keys(k.data(), m, dk, packed.data());
-    for (std::size_t j = 0; j < 64; ++j)
-        for (std::size_t d = 0; d < dk; ++d) {
-            const float want = j < m ? k[j * dk + d] : 0.0f;
-            BOOST_TEST(packed[((j / 32) * dk + d) * 32 + j % 32] == want, "key " << j << " d " << d);
-        }
+    const std::pair<std::size_t, std::size_t> sizes[] = {{37, 3}, {37, 8},  {70, 6},   {1, 4},
+                                                         {3, 5},  {64, 64}, {100, 67}, {32, 4}};
+    for (const auto& [m, dk] : sizes) {
+        const std::vector<float> k = random_values(m * dk, 1);
+        std::vector<float> packed(attention_gemm::packed_size(m, dk), sentinel);
+        const std::size_t panels = (m + 31) / 32;
+        BOOST_TEST(packed.size() == panels * 32 * dk);
+        attention_gemm::pack_keys(k.data(), m, dk, packed.data());
+        for (std::size_t j = 0; j < panels * 32; ++j)
+            for (std::size_t d = 0; d < dk; ++d) {
+                const float want = j < m ? k[j * dk + d] : 0.0f;
+                BOOST_TEST(packed[((j / 32) * dk + d) * 32 + j % 32] == want,
+                           "m " << m << " dk " << dk << " key " << j << " d " << d);
+            }
+    }
 }
 
 BOOST_AUTO_TEST_CASE(scores_are_fma_chains_over_dk_on_any_key_span) {
