@@ -166,10 +166,10 @@ AttentionKernel<T>::AttentionKernel(const AttentionSpec& spec, In<T> in)
         m_products = m >= attention_gemm::panel && dk ? attention_gemm::kernels() : nullptr;
         if (m_products) {
             const std::size_t k_matrices = in[1]->size() / (m * dk), packed = attention_gemm::packed_size(m, dk);
-            m_packed_k.resize(k_matrices * packed);
+            m_packed_k = std::make_unique_for_overwrite<float[]>(k_matrices * packed);
             parallel_chunks(k_matrices, grain_for(m * dk), [&](std::size_t k0, std::size_t k1) {
                 for (std::size_t k = k0; k < k1; ++k)
-                    attention_gemm::pack_keys(m_k + k * m * dk, m, dk, m_packed_k.data() + k * packed);
+                    attention_gemm::pack_keys(m_k + k * m * dk, m, dk, m_packed_k.get() + k * packed);
             });
         }
     }
@@ -208,7 +208,7 @@ void AttentionKernel<T>::scores(const T* q, std::size_t rows, std::size_t kmat, 
     const std::size_t m = m_spec.m, dk = m_spec.dk;
     if constexpr (std::is_same_v<T, float>)
         if (m_products) {
-            m_products->scores(q, rows, dk, m_packed_k.data() + kmat * attention_gemm::packed_size(m, dk), from, to, s,
+            m_products->scores(q, rows, dk, m_packed_k.get() + kmat * attention_gemm::packed_size(m, dk), from, to, s,
                                ld);
             return;
         }
