@@ -9,8 +9,8 @@
 
 #include "engine/attention_gemm.hpp"
 #include "engine/attention_kernel.hpp"
-#include "engine/gemm.hpp"
 #include "engine/finite.hpp"
+#include "engine/gemm.hpp"
 #include "engine/parallel.hpp"
 #include "engine/softmax_kernel.hpp"
 #include "ops/mul.hpp"
@@ -68,7 +68,7 @@ private:
 };
 
 // A step of the backward holds at most step_values values of A (and as many of dS), and
-// at most step_blocks of the forward's blocks: from m = 1024 on one block of 128 rows, whose
+// at most step_blocks of the forward's blocks: for m above 512 one block of 128 rows, whose
 // A and dS (512 KiB each at m = 1024) stay in a core's L2 through the step's five products.
 // The backward with steps of 256 and 512 rows took 2 % and 6 % longer on a Zen 4
 // (docs/performance.md, "Target 5: dA on the score kernel, steps of one block").
