@@ -5,6 +5,7 @@
 #include <array>
 #include <cmath>
 #include <cstdlib>
+#include <memory>
 #include <type_traits>
 
 #include "engine/attention_gemm.hpp"
@@ -285,13 +286,14 @@ void backward_blocks(const AttentionOperands<T>& op, const T* a_kept, const T* d
         const attention_gemm::Kernels* kernels = nullptr;
         if constexpr (std::is_same_v<T, float>)
             kernels = m >= attention_gemm::panel && dv ? attention_gemm::kernels() : nullptr;
-        std::vector<T> packed_v(kernels ? attention_gemm::packed_size(m, dv) : 0);
+        // (not zeroed first: pack_keys writes every element)
+        const auto packed_v = std::make_unique_for_overwrite<float[]>(kernels ? attention_gemm::packed_size(m, dv) : 0);
         // dA's keys [from, to) for the step's rows (row r at out[r·m + j − from])
         auto da_product = [&](const T* do_blk, std::size_t rows, const T* v, std::size_t from, std::size_t to, T* out) {
             if (from >= to) return;
             if constexpr (std::is_same_v<T, float>)
                 if (kernels) {
-                    kernels->scores(do_blk, rows, dv, packed_v.data(), from, to, out, m);
+                    kernels->scores(do_blk, rows, dv, packed_v.get(), from, to, out, m);
                     return;
                 }
             gemm<T>(false, true, rows, to - from, dv, T(1), do_blk, dv, v + from * dv, dv, T(0), out, m);
@@ -299,7 +301,7 @@ void backward_blocks(const AttentionOperands<T>& op, const T* a_kept, const T* d
         for (std::size_t u = u0; u < u1; ++u) {
             const T* v = op.v + v_of[u] * m * dv;
             if constexpr (std::is_same_v<T, float>)
-                if (kernels && need_ds) attention_gemm::pack_keys(v, m, dv, packed_v.data());
+                if (kernels && need_ds) attention_gemm::pack_keys(v, m, dv, packed_v.get());
             T* dv_u = dv_of.target(u);
             const T lambda = diff ? op.lambda[op.lambda_of[u]] : T(0);
             // A_diff = Sub(A_1, A_2_weighted), A_2_weighted = Mul(A_2, lambda): dA_2_weighted =

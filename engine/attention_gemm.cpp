@@ -42,12 +42,12 @@ void pack_keys(const float* k, std::size_t m, std::size_t dk, float* out) {
     for (std::size_t p0 = 0; p0 < m; p0 += panel) {
         float* pk = out + p0 * dk;  // panel p0 / panel: dk × panel
         const std::size_t keys = std::min(panel, m - p0);
-        std::size_t d0 = 0;
+        // elements [0, dk4) of keys [0, keys4) by 4 × 4 transposes in SSE registers (baseline
+        // x86-64), the rest by the element loop, which reads K down its columns a value a cycle
+        std::size_t dk4 = 0, keys4 = 0;
 #if defined(__x86_64__)
-        // 4 keys × 4 elements at a time, transposed in SSE registers (baseline x86-64): the
-        // element loop below reads K down its columns, one value a cycle
-        const std::size_t keys4 = keys / 4 * 4;
-        for (; d0 + 4 <= dk; d0 += 4) {
+        dk4 = dk / 4 * 4, keys4 = keys / 4 * 4;
+        for (std::size_t d0 = 0; d0 < dk4; d0 += 4)
             for (std::size_t j = 0; j < keys4; j += 4) {
                 const float* kj = k + (p0 + j) * dk + d0;
                 __m128 r0 = _mm_loadu_ps(kj), r1 = _mm_loadu_ps(kj + dk), r2 = _mm_loadu_ps(kj + 2 * dk),
@@ -59,16 +59,10 @@ void pack_keys(const float* k, std::size_t m, std::size_t dk, float* out) {
                 _mm_storeu_ps(o + 2 * panel, r2);
                 _mm_storeu_ps(o + 3 * panel, r3);
             }
-            for (std::size_t d = d0; d < d0 + 4; ++d) {
-                float* row = pk + d * panel;
-                for (std::size_t j = keys4; j < keys; ++j) row[j] = k[(p0 + j) * dk + d];
-                std::fill(row + keys, row + panel, 0.0f);
-            }
-        }
 #endif
-        for (std::size_t d = d0; d < dk; ++d) {
+        for (std::size_t d = 0; d < dk; ++d) {
             float* row = pk + d * panel;
-            for (std::size_t j = 0; j < keys; ++j) row[j] = k[(p0 + j) * dk + d];
+            for (std::size_t j = d < dk4 ? keys4 : 0; j < keys; ++j) row[j] = k[(p0 + j) * dk + d];
             std::fill(row + keys, row + panel, 0.0f);
         }
     }

@@ -13,7 +13,8 @@
 // a plain loop of std::fma gives the same bits.
 //
 // The value kernel with strides (`product`) also takes the engine's f32 GEMM blocks A·B
-// (engine/gemm.cpp): projections, MatMul and Linear nodes.
+// (engine/gemm.cpp): projections, MatMul and Linear nodes; the score kernel the attention
+// backward's dA = dO·Vᵀ (engine/attention_backward.cpp: V packed as keys).
 //
 // Built for AVX-512 (attention_gemm_avx512.cpp) and AVX2 + FMA (attention_gemm_avx2.cpp);
 // a CPU with neither (and a non-x86 build) takes OpenBLAS, as f64 does.

@@ -6,36 +6,22 @@
 #include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
+#include <type_traits>
 
 namespace attngraph {
-
-namespace finite_detail {
-
-template <class T>
-struct Bits;
-template <>
-struct Bits<float> {
-    using U = std::uint32_t;
-    static constexpr U exponent = 0x7f800000u, magnitude = 0x7fffffffu;
-};
-template <>
-struct Bits<double> {
-    using U = std::uint64_t;
-    static constexpr U exponent = 0x7ff0000000000000u, magnitude = 0x7fffffffffffffffu;
-};
-
-}  // namespace finite_detail
 
 /// @brief Whether one of the `count` values at `x` is an inf or a NaN (with `nan_only`: a NaN).
 template <class T>
 bool any_not_finite(const T* x, std::size_t count, bool nan_only = false) {
-    using B = finite_detail::Bits<T>;
-    using U = typename B::U;
+    static_assert(std::numeric_limits<T>::is_iec559);
+    using U = std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>;
+    constexpr U exponent = std::bit_cast<U>(std::numeric_limits<T>::infinity()), magnitude = U(-1) >> 1;
     U bad = 0;  // (an integer OR over the values: no branch, no early exit, so it vectorises)
     if (nan_only)
-        for (std::size_t i = 0; i < count; ++i) bad |= (std::bit_cast<U>(x[i]) & B::magnitude) > B::exponent;
+        for (std::size_t i = 0; i < count; ++i) bad |= (std::bit_cast<U>(x[i]) & magnitude) > exponent;
     else
-        for (std::size_t i = 0; i < count; ++i) bad |= (std::bit_cast<U>(x[i]) & B::exponent) == B::exponent;
+        for (std::size_t i = 0; i < count; ++i) bad |= (std::bit_cast<U>(x[i]) & exponent) == exponent;
     return bad != 0;
 }
 
