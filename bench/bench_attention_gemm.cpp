@@ -3,7 +3,8 @@
 // (engine/gemm.hpp: S = Q·Kᵀ in blocks of 128 × 256, O = A·V in one call), one thread.
 // Argument: the keys. Each kernel: the set this CPU runs (AVX-512 or AVX2 + FMA); K is packed
 // once outside the loop, as the step packs it once per head. And the strided product on
-// the blocks the engine's f32 GEMM gives it (engine/gemm.cpp), against one OpenBLAS call.
+// the blocks the engine's f32 GEMM gives it (engine/gemm.cpp), against one OpenBLAS call;
+// and pack_keys (K's panels, by 4 × 4 transposes) against a loop of its elements.
 #include <benchmark/benchmark.h>
 
 #include <vector>
@@ -88,6 +89,30 @@ void projection(benchmark::State& state, bool kernels) {
                                                    benchmark::Counter::kIs1000);
 }
 
+// K (m × 64) into panels, as the step packs it once per head (and the backward V), by
+// pack_keys's transposes or by a loop over the elements, the layout attention_gemm.hpp gives
+// (key j's element d at out[(p·dk + d)·panel + j − p·panel]). Argument: the keys.
+void pack(benchmark::State& state, bool transposes) {
+    const std::size_t m = static_cast<std::size_t>(state.range(0)), panel = attention_gemm::panel;
+    const std::vector<float> keys = values(m * dk, 2);
+    std::vector<float> packed(attention_gemm::packed_size(m, dk));
+    for (auto _ : state) {
+        if (transposes) {
+            attention_gemm::pack_keys(keys.data(), m, dk, packed.data());
+        } else {
+            std::fill(packed.begin(), packed.end(), 0.0f);
+            for (std::size_t j = 0; j < m; ++j)
+                for (std::size_t d = 0; d < dk; ++d)
+                    packed[(j / panel * dk + d) * panel + j % panel] = keys[j * dk + d];
+        }
+        benchmark::DoNotOptimize(packed.data());
+        benchmark::ClobberMemory();
+    }
+    state.counters["GB/s"] =
+        benchmark::Counter(static_cast<double>(m * dk * sizeof(float)), benchmark::Counter::kIsIterationInvariantRate,
+                           benchmark::Counter::kIs1000);
+}
+
 }  // namespace
 
 // a head's projection, a whole block, narrower and shorter blocks, one row (decoding)
@@ -97,3 +122,5 @@ BENCHMARK_CAPTURE(projection, attention_kernels, true) PROJECTION_SHAPES->Unit(b
 BENCHMARK_CAPTURE(projection, openblas, false) PROJECTION_SHAPES->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(products, attention_kernels, true)->Arg(128)->Arg(1024)->Arg(4096)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(products, openblas, false)->Arg(128)->Arg(1024)->Arg(4096)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(pack, pack_keys, true)->Arg(128)->Arg(1024)->Arg(4096)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(pack, element_loop, false)->Arg(128)->Arg(1024)->Arg(4096)->Unit(benchmark::kMicrosecond);
