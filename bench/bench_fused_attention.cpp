@@ -5,7 +5,8 @@
 // (flex/alibi). The masked ones skip the key blocks their masks remove, so their time
 // against the unmasked kernel's is the fraction of the scores they compute. GFLOP/s counts
 // the unmasked product's 4·n²·d_k a head for every mask (an effective rate). Arguments: n,
-// then threads.
+// then threads. And a decoding step: one query row per head against m cached keys (each K
+// matrix then read by one block: its panels packed as the scores read them).
 #include <benchmark/benchmark.h>
 
 #include <cmath>
@@ -139,6 +140,42 @@ static void BM_FusedAttentionGatheredBias(benchmark::State& state) {
 static void BM_FusedAttentionProductBiasCausal(benchmark::State& state) {
     fused(state, Chain::product);
 }
+
+// One query row per head against m keys and values, unmasked (`decode --seq 1 --past m-1`'s
+// attention step). Arguments: m, then threads. GFLOP/s counts 4·m·d_k a head.
+static void BM_FusedAttentionDecode(benchmark::State& state) {
+    const std::size_t m = static_cast<std::size_t>(state.range(0));
+    const Array<float> q = graphs::random_tensor({heads, 1, dk}, DType::f32, 1).as<float>();
+    const Array<float> k = graphs::random_tensor({heads, m, dk}, DType::f32, 2).as<float>();
+    const Array<float> v = graphs::random_tensor({heads, m, dk}, DType::f32, 3).as<float>();
+    Array<float> o = Array<float>::from_shape({heads, 1, dk});
+    AttentionSpec spec;
+    spec.batch = {heads};
+    spec.k_batch = spec.v_batch = {heads};
+    spec.n = 1, spec.m = m, spec.dk = spec.dv = dk;
+    ScoreStage scale;
+    scale.kind = ScoreStage::Kind::scale;
+    scale.factor = 1.0 / std::sqrt(static_cast<double>(dk));
+    scale.shape = {heads, 1, m};
+    spec.stages.push_back(scale);
+    spec.finish();
+    const Array<float>* in[] = {&q, &k, &v};
+    Array<float>* out[] = {&o};
+    tbb::task_arena arena(static_cast<int>(state.range(1)));
+    arena.execute([&] {
+        for (auto _ : state) {
+            fused_attention_forward<float>(spec, In<float>(in, 3), Out<float>(out, 1));
+            benchmark::DoNotOptimize(o.data());
+        }
+    });
+    state.counters["GFLOP/s"] =
+        benchmark::Counter(4.0 * heads * m * dk * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_FusedAttentionDecode)
+    ->ArgsProduct({{1025, 4097}, {1, 2}})
+    ->ArgNames({"m", "threads"})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
 
 // How a traced value is written (AttentionKernel::write): a block of 128 rows of 1024 scores,
 // in the cache, copied row by row into the next 512 KiB of a destination of `range(0)` MiB

@@ -160,11 +160,14 @@ AttentionKernel<T>::AttentionKernel(const AttentionSpec& spec, In<T> in)
         if (any_not_finite(m_v + v0 * v_size, (v1 - v0) * v_size)) v_bad.store(true, std::memory_order_relaxed);
     });
     // f32: K packed once per matrix for the attention kernels (a key span of fewer than a
-    // panel's keys is left to gemm: a tiny graph's run allocates nothing more)
+    // panel's keys is left to gemm: a tiny graph's run allocates nothing more). A K matrix
+    // that one block alone reads (decoding; a short prompt) is not: scores() packs each panel
+    // as it reads it, into a buffer that stays in L1, instead of writing all of K packed to
+    // memory and reading it back.
     if constexpr (std::is_same_v<T, float>) {
         const std::size_t dk = spec.dk;
         m_products = m >= attention_gemm::panel && dk ? attention_gemm::kernels() : nullptr;
-        if (m_products) {
+        if (m_products && !one_reader_per_k(in[1]->size() / (m * dk))) {
             const std::size_t k_matrices = in[1]->size() / (m * dk), packed = attention_gemm::packed_size(m, dk);
             m_packed_k = std::make_unique_for_overwrite<float[]>(k_matrices * packed);
             parallel_chunks(k_matrices, grain_for(m * dk), [&](std::size_t k0, std::size_t k1) {
@@ -201,6 +204,21 @@ void AttentionKernel<T>::poison_columns(std::size_t v, std::size_t lo, std::size
     }
 }
 
+// Whether each of the k_matrices matrices of K is read by one block of query rows at most:
+// one matrix of Q (no GQA sharing) of at most gemm_row_block rows, and d_k small enough for
+// scores()'s buffer of one panel.
+template <class T>
+bool AttentionKernel<T>::one_reader_per_k(std::size_t k_matrices) const {
+    if (m_blocks > 1 || m_spec.dk > pack_in_place_max_dk) return false;
+    std::vector<bool> read(k_matrices);
+    for (std::size_t b = 0; b < m_batches; ++b) {
+        const std::size_t k = m_spec.k_offset[b];
+        if (read[k]) return false;
+        read[k] = true;
+    }
+    return true;
+}
+
 template <class T>
 void AttentionKernel<T>::scores(const T* q, std::size_t rows, std::size_t kmat, std::size_t from, std::size_t to, T* s,
                                 std::size_t ld) const {
@@ -208,8 +226,20 @@ void AttentionKernel<T>::scores(const T* q, std::size_t rows, std::size_t kmat, 
     const std::size_t m = m_spec.m, dk = m_spec.dk;
     if constexpr (std::is_same_v<T, float>)
         if (m_products) {
-            m_products->scores(q, rows, dk, m_packed_k.get() + kmat * attention_gemm::packed_size(m, dk), from, to, s,
-                               ld);
+            if (m_packed_k) {
+                m_products->scores(q, rows, dk, m_packed_k.get() + kmat * attention_gemm::packed_size(m, dk), from, to,
+                                   s, ld);
+                return;
+            }
+            // K's panels packed here, one at a time (the constructor's comment)
+            constexpr std::size_t panel = attention_gemm::panel;
+            alignas(64) float packed[panel * pack_in_place_max_dk];
+            const float* k = m_k + kmat * m * dk;
+            for (std::size_t c0 = from; c0 < to; c0 += panel) {
+                const std::size_t keys = std::min(panel, to - c0);
+                attention_gemm::pack_keys(k + c0 * dk, keys, dk, packed);
+                m_products->scores(q, rows, dk, packed, 0, keys, s + (c0 - from), ld);
+            }
             return;
         }
     gemm<T>(false, true, rows, to - from, dk, T(1), q, dk, m_k + (kmat * m + from) * dk, dk, T(0), s, ld);

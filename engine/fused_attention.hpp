@@ -185,6 +185,9 @@ public:
     /// O's matrices: batches(), or half of them with `diff`.
     std::size_t outputs() const { return m_spec.diff ? m_batches / 2 : m_batches; }
     std::size_t blocks() const { return m_blocks; }
+    /// Whether K was packed whole for the kernels when this was made (false: on OpenBLAS, or
+    /// each matrix of K read by one block, whose panels scores() packs as it reads them).
+    bool k_packed() const { return m_packed_k != nullptr; }
     /// Scratch elements one call to forward() needs: rows × m (at most gemm_row_block × m),
     /// three times that with `diff` (both maps' weights and A_diff). weights() needs rows × m.
     std::size_t scratch_size() const;
@@ -255,6 +258,9 @@ private:
     void sink_column(const Block& blk, T* column, Out<T> kept) const;
     void forward_diff(std::size_t b, std::size_t i, T* scratch, Out<T> kept, T* o) const;
     void poison_columns(std::size_t v, std::size_t lo, std::size_t hi, std::size_t rows, T* o) const;
+    bool one_reader_per_k(std::size_t k_matrices) const;
+    // the largest d_k whose K scores() packs a panel at a time (a buffer of panel · d_k floats on the stack)
+    static constexpr std::size_t pack_in_place_max_dk = 256;
     // S = Q·Kᵀ of the block's rows (q) on the keys [from, to) of K's matrix kmat into s
     // (row stride ld), and o = A·V of `rows` rows over `keys` keys (V's rows of dv from v,
     // o's rows dv apart): engine/attention_gemm.hpp's kernels where they serve, else gemm.
@@ -284,7 +290,8 @@ private:
     std::vector<Span> m_v_bad;
     std::size_t m_batches = 0, m_blocks = 0;
     // f32 on a CPU with the attention kernels (engine/attention_gemm.hpp), at sizes where they
-    // serve: the kernels, and each matrix of K packed for them (packed_size(m, dk) apart);
+    // serve: the kernels, and each matrix of K packed for them (packed_size(m, dk) apart;
+    // empty when one block reads each, which scores() packs as it goes: one_reader_per_k);
     // otherwise null and empty (gemm); not zeroed first: pack_keys writes every element (3 MB
     // of zeros at decoding's 1024 keys were 3.6 % of a step)
     const attention_gemm::Kernels* m_products = nullptr;

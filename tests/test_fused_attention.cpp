@@ -12,6 +12,7 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <optional>
 
 #include "engine/builder.hpp"
 #include "engine/executor.hpp"
@@ -271,6 +272,47 @@ double causal_bias(std::size_t i, std::size_t j, long offset) {
     return static_cast<long>(j) <= static_cast<long>(i) + offset ? 0.0 : -inf;
 }
 
+// key j of query row i of sequence b is kept
+using KeptKey = std::function<bool(std::size_t b, std::size_t i, std::size_t j)>;
+
+// A boolean mask tensor of `shape` (2 sequences, 1s of broadcast, n × m) holding kept_key.
+Tensor mask_of(const Shape& shape, const KeptKey& kept_key) {
+    Tensor keep = zeros(DType::f32, shape);
+    const std::size_t n = shape.end()[-2], m = shape.back();
+    for (std::size_t b = 0; b < 2; ++b)
+        for (std::size_t i = 0; i < n; ++i)
+            for (std::size_t j = 0; j < m; ++j) keep.as<float>().data()[(b * n + i) * m + j] = kept_key(b, i, j);
+    return keep;
+}
+
+// The scaled scores masked by `keep` (a mask_of kept_key).
+Case mask_tensor_case(std::string name, const Tensor& keep, const KeptKey& kept_key) {
+    Case c{std::move(name)};
+    c.chain = [keep](Value s, GraphBuilder& b) {
+        return mask_tensor(scale(s, factor).named("S"), b.input("M", keep), false).named("S_masked");
+    };
+    c.score = [kept_key](std::size_t b, std::size_t, std::size_t i, std::size_t j, double raw) {
+        return kept_key(b, i, j) ? factor * raw : -inf;
+    };
+    return c;
+}
+
+// The attention step of the plan of `built` (its mask tensor `keep`) and the step's kernel.
+struct StepKernel {
+    StepKernel(const Built& built, const Tensor& keep)
+        : plan(make_plan(built.graph, kept(built.graph))),
+          in{&built.q.as<float>(), &built.k.as<float>(), &built.v.as<float>(), &keep.as<float>()} {
+        for (const Step& st : plan.steps)
+            if (st.kind == StepKind::attention) step = &st;
+        BOOST_REQUIRE(step);
+        kernel.emplace(*step->attention, in);
+    }
+    Plan plan;
+    const Step* step = nullptr;
+    std::vector<const Array<float>*> in;
+    std::optional<AttentionKernel<float>> kernel;
+};
+
 }  // namespace
 
 // ---- the span softmax kernel ---------------------------------------------------------------
@@ -497,36 +539,20 @@ BOOST_AUTO_TEST_CASE(mask_tensors_and_additive_bias) {
 // only, as for a pattern; with a Tanh after the mask it applies the tensor over all keys.
 BOOST_AUTO_TEST_CASE(boolean_mask_tensors_bound_the_keys_computed) {
     const std::size_t n = 300, m = 300;
-    Tensor keep = zeros(DType::f32, {2, 1, n, m});
     auto kept_key = [](std::size_t bb, std::size_t i, std::size_t j) {
         if (j > i) return false;
         if (bb == 0) return (i * 31 + j) % 11 != 0;  // causal with holes
         return (i < 150) == (j < 150);               // documents [0, 150) and [150, 300)
     };
-    for (std::size_t bb = 0; bb < 2; ++bb)
-        for (std::size_t i = 0; i < n; ++i)
-            for (std::size_t j = 0; j < m; ++j) keep.as<float>().data()[(bb * n + i) * m + j] = kept_key(bb, i, j);
-
-    Case c{"boolean_spans"};
-    c.chain = [keep](Value s, GraphBuilder& b) {
-        return mask_tensor(scale(s, factor).named("S"), b.input("M", keep), false).named("S_masked");
-    };
-    c.score = [&](std::size_t bb, std::size_t, std::size_t i, std::size_t j, double raw) {
-        return kept_key(bb, i, j) ? factor * raw : -inf;
-    };
+    const Tensor keep = mask_of({2, 1, n, m}, kept_key);
+    const Case c = mask_tensor_case("boolean_spans", keep, kept_key);
     check_case(c);
 
     // the keys each block computes: its rows' spans (blocks of 128 rows, engine/gemm.hpp)
     const Built built = build(c);
-    const Plan plan = make_plan(built.graph, kept(built.graph));
-    const Step* step = nullptr;
-    for (const Step& st : plan.steps)
-        if (st.kind == StepKind::attention) step = &st;
-    BOOST_REQUIRE(step);
-    BOOST_TEST(step->attention->stages.back().tensor_span);
-    const std::vector<const Array<float>*> in{&built.q.as<float>(), &built.k.as<float>(), &built.v.as<float>(),
-                                              &keep.as<float>()};
-    const AttentionKernel<float> kernel(*step->attention, in);
+    const StepKernel step(built, keep);
+    BOOST_TEST(step.step->attention->stages.back().tensor_span);
+    const AttentionKernel<float>& kernel = *step.kernel;
     BOOST_REQUIRE(kernel.blocks() == 3u);
     // matrix b = sequence·H + head (H = 2); each row's span from its first to its last kept key
     std::size_t skipped = 0;  // keys of the blocks' n × m the spans leave out
@@ -571,6 +597,43 @@ BOOST_AUTO_TEST_CASE(boolean_mask_tensors_bound_the_keys_computed) {
         if (st.kind == StepKind::attention)
             for (const ScoreStage& stage : st.attention->stages) BOOST_TEST(!stage.tensor_span);
     check_case(late);
+}
+
+// A step whose K matrices are each read by one block of query rows (decoding, a short
+// prompt) packs K a panel at a time as it reads the keys (AttentionKernel::scores): here the
+// keys every row takes start past key 0 and end inside a panel (mask tensors, the spans
+// [37, 290) and [70, 261) with holes), for 1 and 100 query rows; with two heads per K (GQA)
+// K is packed whole first, as at 300 rows.
+BOOST_AUTO_TEST_CASE(one_block_per_k_packs_its_panels_as_it_reads_them) {
+    const std::size_t m = 300;
+    for (const auto& [n, groups] : {std::pair<std::size_t, std::size_t>{1, 2}, {100, 2}, {100, 1}, {300, 2}}) {
+        BOOST_TEST_CONTEXT("n " << n << ", K/V heads " << groups) {
+            auto kept_key = [](std::size_t bb, std::size_t i, std::size_t j) {  // (the spans' ends kept)
+                const std::size_t lo = bb == 0 ? 37 : 70, hi = bb == 0 ? 290 : 261;
+                return j >= lo && j < hi && (i * 7 + j) % 13 != 12;
+            };
+            // (B, 1, n, m); (B, 1, 1, n, m) for the grouped layout's Q (B, G, r, n, d)
+            const Tensor keep = mask_of(groups != 2 ? Shape{2, 1, 1, n, m} : Shape{2, 1, n, m}, kept_key);
+            Case c = mask_tensor_case("one_block_per_k", keep, kept_key);
+            c.n = n;
+            c.m = m;
+            c.G = groups;
+            c.grouped_5d = groups != c.H;
+            check_case(c);
+
+            const Built built = build(c);
+            const StepKernel step(built, keep);
+            const AttentionKernel<float>& kernel = *step.kernel;
+            // packed whole only where a K matrix has more than one block of readers (and on
+            // the kernels at all: a CPU without AVX2 + FMA runs gemm)
+            const bool kernels = attention_gemm::kernels() != nullptr;
+            BOOST_TEST(kernel.k_packed() == (kernels && (n > 128 || groups != c.H)));
+            // (matrix b = sequence·H + head)
+            BOOST_TEST(kernel.block(0, 0).lo == 37u);
+            BOOST_TEST(kernel.block(2, 0).lo == 70u);
+            BOOST_TEST(kernel.block(2, 0).hi == 261u);
+        }
+    }
 }
 
 // T5's relative position bias, bias[h, i, j] = table[h, i - j + m - 1] by a Gather along the
