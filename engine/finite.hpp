@@ -1,8 +1,8 @@
 #pragma once
 // Whether values hold an inf or a NaN, in one pass over their bits. A loop of float
 // comparisons (x·0 != 0, x != x) stays scalar under g++'s default -ftrapping-math, one value
-// a cycle; integer tests of the exponent field vectorise. The fused attention step checks
-// V, and its backward each step's operands, before every run.
+// a cycle; integer tests of the exponent field vectorise. The fused attention step checks a
+// matrix of V when a block first skips keys of it, its backward each step's operands.
 #include <bit>
 #include <cstddef>
 #include <cstdint>

@@ -1,7 +1,6 @@
 #include "engine/fused_attention.hpp"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -150,15 +149,15 @@ AttentionKernel<T>::AttentionKernel(const AttentionSpec& spec, In<T> in)
         m_lambda = lambda.data();
         m_lambda_finite = std::all_of(m_lambda, m_lambda + lambda.size(), [](T x) { return std::isfinite(x); });
     }
-    // V's values that are inf or NaN: a pass over their bits that vectorises, then, only if
-    // one is found, where they are (a tiny V is checked inline, with no allocation: the seed
-    // graph's run is a microsecond)
+    // V's values that are inf or NaN matter only at the keys a block skips (poison_columns),
+    // which only a patterned Mask makes: then each matrix of V is checked when a block first
+    // skips keys of it (never for decoding's or an unmasked step's blocks of all m keys)
     const std::size_t m = spec.m, dv = spec.dv, v_size = m * dv;
-    const std::size_t v_matrices = v_size ? in[2]->size() / v_size : 0;
-    std::atomic<bool> v_bad{false};
-    parallel_chunks(v_matrices, grain_for(v_size), [&](std::size_t v0, std::size_t v1) {
-        if (any_not_finite(m_v + v0 * v_size, (v1 - v0) * v_size)) v_bad.store(true, std::memory_order_relaxed);
-    });
+    if (spec.patterned && v_size) {
+        const std::size_t v_matrices = in[2]->size() / v_size;
+        m_v_checked = std::make_unique<std::once_flag[]>(v_matrices);
+        m_v_bad.assign(v_matrices * dv, Span{0, 0});
+    }
     // f32: K packed once per matrix for the attention kernels (a key span of fewer than a
     // panel's keys is left to gemm: a tiny graph's run allocates nothing more). A K matrix
     // that one block alone reads (decoding; a short prompt) is not: scores() packs each panel
@@ -176,17 +175,22 @@ AttentionKernel<T>::AttentionKernel(const AttentionSpec& spec, In<T> in)
             });
         }
     }
-    if (v_bad.load(std::memory_order_relaxed)) {
-        m_v_bad.assign(v_matrices * dv, Span{0, 0});
-        for (std::size_t v = 0; v < v_matrices; ++v)
-            for (std::size_t j = 0; j < m; ++j)
-                for (std::size_t c = 0; c < dv; ++c) {
-                    if (std::isfinite(m_v[(v * m + j) * dv + c])) continue;
-                    Span& bad = m_v_bad[v * dv + c];
-                    if (bad.lo == bad.hi) bad.lo = j;
-                    bad.hi = j + 1;
-                }
-    }
+}
+
+// Matrix v of V: a pass over its bits that vectorises, then, only if one is inf or NaN, where
+// they are, column by column, into m_v_bad.
+template <class T>
+void AttentionKernel<T>::find_bad_values(std::size_t v) const {
+    const std::size_t m = m_spec.m, dv = m_spec.dv;
+    const T* vm = m_v + v * m * dv;
+    if (!any_not_finite(vm, m * dv)) return;
+    for (std::size_t j = 0; j < m; ++j)
+        for (std::size_t c = 0; c < dv; ++c) {
+            if (std::isfinite(vm[j * dv + c])) continue;
+            Span& bad = m_v_bad[v * dv + c];
+            if (bad.lo == bad.hi) bad.lo = j;
+            bad.hi = j + 1;
+        }
 }
 
 // The plain A·V gives O NaN in every column where V has an inf or a NaN at a key the block's
@@ -194,7 +198,8 @@ AttentionKernel<T>::AttentionKernel(const AttentionSpec& spec, In<T> in)
 // step skips. V's matrix v, the block's `rows` rows of O at o.
 template <class T>
 void AttentionKernel<T>::poison_columns(std::size_t v, std::size_t lo, std::size_t hi, std::size_t rows, T* o) const {
-    if (m_v_bad.empty()) return;
+    if (m_v_bad.empty() || (lo == 0 && hi == m_spec.m)) return;  // no key skipped: V's values are in the product
+    std::call_once(m_v_checked[v], [&] { find_bad_values(v); });
     const std::size_t dv = m_spec.dv;
     const T nan = std::numeric_limits<T>::quiet_NaN();
     for (std::size_t c = 0; c < dv; ++c) {

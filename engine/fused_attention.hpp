@@ -48,6 +48,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -258,6 +259,7 @@ private:
     void sink_column(const Block& blk, T* column, Out<T> kept) const;
     void forward_diff(std::size_t b, std::size_t i, T* scratch, Out<T> kept, T* o) const;
     void poison_columns(std::size_t v, std::size_t lo, std::size_t hi, std::size_t rows, T* o) const;
+    void find_bad_values(std::size_t v) const;
     bool one_reader_per_k(std::size_t k_matrices) const;
     // the largest d_k whose K scores() packs a panel at a time (a buffer of panel · d_k floats on the stack)
     static constexpr std::size_t pack_in_place_max_dk = 256;
@@ -285,9 +287,11 @@ private:
     const T* m_lambda = nullptr;     // diff: lambda (spec.diff's operand)
     bool m_lambda_finite = true;     // diff: no lambda is inf or NaN
     // per matrix of V and column c (at v·dv + c): the rows [first, last + 1) holding its
-    // values that are inf or NaN (first == last + 1 == 0: none); empty when V is finite. The
-    // plain A·V multiplies them by the weights 0 of keys the step skips: NaN.
-    std::vector<Span> m_v_bad;
+    // values that are inf or NaN (first == last + 1 == 0: none). The plain A·V multiplies
+    // them by the weights 0 of keys the step skips: NaN. Found for matrix v when a block
+    // first skips keys of it (m_v_checked[v]); both empty without a patterned Mask.
+    mutable std::vector<Span> m_v_bad;
+    mutable std::unique_ptr<std::once_flag[]> m_v_checked;
     std::size_t m_batches = 0, m_blocks = 0;
     // f32 on a CPU with the attention kernels (engine/attention_gemm.hpp), at sizes where they
     // serve: the kernels, and each matrix of K packed for them (packed_size(m, dk) apart;

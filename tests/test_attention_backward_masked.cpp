@@ -282,6 +282,11 @@ const std::vector<MaskCase> nonfinite_cases = {
      .pattern = "window",
      .window = 40,
      .pokes = {{"Q", 150 * 8, NAN}, {"V", (300 + 250) * 8 + 7, NAN}}},
+    // V's NaN and inf before the keys of the last rows' block, which ends at the last key
+    {.c = {{2, 300, 8}, {2, 300, 8}, {2, 300, 8}, true},
+     .pattern = "window",
+     .window = 40,
+     .pokes = {{"V", 10 * 8 + 1, NAN}, {"V", (300 + 20) * 8 + 6, INFINITY}}},
     // padding: a NaN value past a sequence's length; in the sequence of no keys (every row
     // fully masked: A = 0) a NaN query (masked away) and a NaN value (0·NaN in A·V)
     {.c = {{2, 3, 150, 8}, {2, 3, 150, 8}, {2, 3, 150, 8}, true},
