@@ -214,7 +214,7 @@ void AttentionKernel<T>::poison_columns(std::size_t v, std::size_t lo, std::size
 // scores()'s buffer of one panel.
 template <class T>
 bool AttentionKernel<T>::one_reader_per_k(std::size_t k_matrices) const {
-    if (m_blocks > 1 || m_spec.dk > pack_in_place_max_dk) return false;
+    if (m_blocks > 1 || m_spec.dk > panel_buffer_max_dk) return false;
     std::vector<bool> read(k_matrices);
     for (std::size_t b = 0; b < m_batches; ++b) {
         const std::size_t k = m_spec.k_offset[b];
@@ -238,7 +238,7 @@ void AttentionKernel<T>::scores(const T* q, std::size_t rows, std::size_t kmat, 
             }
             // K's panels packed here, one at a time (the constructor's comment)
             constexpr std::size_t panel = attention_gemm::panel;
-            alignas(64) float packed[panel * pack_in_place_max_dk];
+            alignas(64) float packed[panel * panel_buffer_max_dk];
             const float* k = m_k + kmat * m * dk;
             for (std::size_t c0 = from; c0 < to; c0 += panel) {
                 const std::size_t keys = std::min(panel, to - c0);

@@ -261,8 +261,9 @@ private:
     void poison_columns(std::size_t v, std::size_t lo, std::size_t hi, std::size_t rows, T* o) const;
     void find_bad_values(std::size_t v) const;
     bool one_reader_per_k(std::size_t k_matrices) const;
-    // the largest d_k whose K scores() packs a panel at a time (a buffer of panel · d_k floats on the stack)
-    static constexpr std::size_t pack_in_place_max_dk = 256;
+    // the largest d_k whose K scores() packs a panel at a time (into a buffer of panel · d_k
+    // floats on the stack)
+    static constexpr std::size_t panel_buffer_max_dk = 256;
     // S = Q·Kᵀ of the block's rows (q) on the keys [from, to) of K's matrix kmat into s
     // (row stride ld), and o = A·V of `rows` rows over `keys` keys (V's rows of dv from v,
     // o's rows dv apart): engine/attention_gemm.hpp's kernels where they serve, else gemm.
@@ -291,7 +292,7 @@ private:
     // them by the weights 0 of keys the step skips: NaN. Found for matrix v when a block
     // first skips keys of it (m_v_checked[v]); both empty without a patterned Mask.
     mutable std::vector<Span> m_v_bad;
-    mutable std::unique_ptr<std::once_flag[]> m_v_checked;
+    std::unique_ptr<std::once_flag[]> m_v_checked;
     std::size_t m_batches = 0, m_blocks = 0;
     // f32 on a CPU with the attention kernels (engine/attention_gemm.hpp), at sizes where they
     // serve: the kernels, and each matrix of K packed for them (packed_size(m, dk) apart;
