@@ -275,6 +275,10 @@ bool foldable(const std::string& op) {
                                               "ReduceMax",
                                               "ReduceMin",
                                               "ReduceMean",
+                                              "ReduceL1",
+                                              "ReduceL2",
+                                              "ReduceSumSquare",
+                                              "CumSum",
                                               "Trilu",
                                               "Sign",
                                               "IsInf",
@@ -637,6 +641,28 @@ std::vector<OnnxTensor> fold(const onnx::NodeProto& node, const std::vector<cons
         }
         return {t};
     }
+    if (op == "CumSum") {  // (position ids made from a constant mask), summed in order in double
+        const auto& x = arg(0);
+        if (arg(1).values.size() != 1) throw ShapeError(where + ": CumSum's axis is not one number");
+        if (x.shape.empty()) throw ShapeError(where + ": CumSum needs rank 1 or more");
+        const auto axis = static_cast<std::size_t>(norm_axis(static_cast<std::int64_t>(arg(1).values[0]),
+                                                             x.shape.size(), where));
+        const bool exclusive = attr_int(node, "exclusive", 0) != 0, reverse = attr_int(node, "reverse", 0) != 0;
+        const std::size_t len = static_cast<std::size_t>(x.shape[axis]), step = strides_of(x.shape)[axis];
+        OnnxTensor t = x;
+        for (std::size_t k = 0; k < x.values.size(); ++k) {
+            if ((k / step) % len != 0) continue;  // k starts a line along the axis
+            double sum = 0;
+            for (std::size_t j = 0; j < len; ++j) {
+                const std::size_t i = k + (reverse ? len - 1 - j : j) * step;
+                if (exclusive) t.values[i] = sum;
+                sum += x.values[i];
+                if (!exclusive) t.values[i] = sum;
+            }
+        }
+        round_to_type(t);
+        return {t};
+    }
     if (op.rfind("Reduce", 0) == 0) {
         const auto& x = arg(0);
         I64 axes = (has(1) && opset >= 13) ? ints_of(arg(1)) : attr_ints(node, "axes");
@@ -672,6 +698,10 @@ std::vector<OnnxTensor> fold(const onnx::NodeProto& node, const std::vector<cons
                 acc[o] = std::max(acc[o], v);
             else if (op == "ReduceMin")
                 acc[o] = std::min(acc[o], v);
+            else if (op == "ReduceL1")
+                acc[o] += std::fabs(v);
+            else if (op == "ReduceL2" || op == "ReduceSumSquare")
+                acc[o] += v * v;
             else
                 acc[o] += v;
             ++cnt[o];
@@ -682,7 +712,10 @@ std::vector<OnnxTensor> fold(const onnx::NodeProto& node, const std::vector<cons
         }
         if (op == "ReduceMean")
             for (std::size_t o = 0; o < n; ++o) acc[o] /= static_cast<double>(cnt[o]);
-        else if (op != "ReduceSum" && op != "ReduceProd" && op != "ReduceMax" && op != "ReduceMin")
+        else if (op == "ReduceL2")
+            for (std::size_t o = 0; o < n; ++o) acc[o] = std::sqrt(acc[o]);
+        else if (op != "ReduceSum" && op != "ReduceProd" && op != "ReduceMax" && op != "ReduceMin" &&
+                 op != "ReduceL1" && op != "ReduceSumSquare")
             throw GraphError(where + ": " + op + " is not folded");
         return {make(x.elem_type, keep ? kept_shape : out_shape, acc)};
     }

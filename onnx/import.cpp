@@ -809,6 +809,37 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
     auto reshape_to = [&](const std::string& x, const Shape& shape, const std::string& name) {
         emit("Reshape", name, {x}, {{"shape", to_i64(shape)}});
     };
+    // a mapping written out as several attngraph nodes: step(op, "suffix", inputs, attrs)
+    // emits NAME.suffix (made unique) and returns its name; the mapping's last node is NAME
+    auto steps_of = [&](const std::string& name) {
+        return [&, name](const std::string& o, const std::string& suffix, const std::vector<std::string>& inputs,
+                         const json& attrs = json::object()) {
+            const std::string n = unique(name + "." + suffix);
+            emit(o, n, inputs, attrs);
+            return n;
+        };
+    };
+    // a value a mapping makes (an output that grows, a constant of its own) is checked against
+    // the memory limit (--max-memory; else 2^31 elements) before anything is allocated
+    auto check_size = [&](const Shape& shape, const std::string& what) {
+        const std::size_t limit = m_reader.max_elements ? m_reader.max_elements : std::size_t(1) << 31;
+        const std::size_t count = element_count_capped(shape);
+        if (count > limit)
+            throw ShapeError(where + ": " + what + " of shape (" + shape_str(shape) + ") has " +
+                             (count == SIZE_MAX ? "too many" : std::to_string(count)) + " elements, over the limit of " +
+                             std::to_string(limit) + (m_reader.max_elements ? " (--max-memory)" : "") + "; shapes " +
+                             shapes_text());
+    };
+    // an output with an empty axis is a zero-size constant, which may be a graph output but no
+    // op's input (materialize refuses it there)
+    auto define_empty = [&](const Shape& s) {
+        Value v;
+        v.is_const = true;
+        v.c = OnnxTensor{TP::FLOAT, to_i64(s), {}};
+        v.shape = s;
+        v.elem_type = et;
+        m_values[out0] = std::move(v);
+    };
     if (op == "Identity" || op == "Dropout") {
         check_attrs({"seed", "ratio", "is_test"});
         alias(out0, arg(0));
@@ -919,12 +950,7 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
             throw GraphError(where + ": approximate '" + approximate + "' is not 'none' or 'tanh'; shapes " +
                              shapes_text());
         const std::string x = materialize(node.input(0)), name = out_name(0);
-        auto step = [&](const std::string& o, const std::string& suffix, const std::vector<std::string>& inputs,
-                        const json& attrs = json::object()) {
-            const std::string n = unique(name + "." + suffix);
-            emit(o, n, inputs, attrs);
-            return n;
-        };
+        const auto step = steps_of(name);
         std::string inner;  // erf(x/√2) or tanh(√(2/π)·(x + 0.044715·x³))
         if (approximate == "none") {
             inner = step("Erf", "erf", {step("Scale", "scaled", {x}, {{"factor", 1 / std::sqrt(2.0)}})});
@@ -951,6 +977,89 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
         const std::string name = out_name(0);
         // (ONNX's alpha is a float: its default is 0.01f, as a runtime computing in double reads it)
         emit(op, name, {materialize(node.input(0))}, {{"alpha", double(attr_float(node, "alpha", 0.01f))}});
+        define(out0, name, arg(0).shape, et);
+        return;
+    }
+    // activations written out with the ops above, as ONNX's reference defines them; each step
+    // is a traced node (NAME.suffix) and the gradient is that of the steps
+    if (op == "HardSigmoid" || op == "HardSwish") {
+        // HardSigmoid: clip(alpha·x + beta, 0, 1); HardSwish: x · that with alpha 1/6, beta 1/2
+        const bool swish = op == "HardSwish";
+        if (swish)
+            check_attrs({});
+        else
+            check_attrs({"alpha", "beta"});
+        const double alpha = swish ? 1.0 / 6 : double(attr_float(node, "alpha", 0.2f));
+        const double beta = swish ? 0.5 : double(attr_float(node, "beta", 0.5f));
+        const std::string x = materialize(node.input(0)), name = out_name(0);
+        const auto step = steps_of(name);
+        const std::string shifted =
+            step("Add", "shifted", {step("Scale", "scaled", {x}, {{"factor", alpha}}), scalar(name + ".beta", beta)});
+        const json unit = {{"min", 0.0}, {"max", 1.0}};
+        if (swish)
+            emit("Mul", name, {x, step("Clip", "gate", {shifted}, unit)});
+        else
+            emit("Clip", name, {shifted}, unit);
+        define(out0, name, arg(0).shape, et);
+        return;
+    }
+    if (op == "Elu" || op == "Selu" || op == "Celu") {
+        // x where x > 0, else alpha·(exp(x) − 1) (Celu: alpha·(exp(x/alpha) − 1); Selu: both
+        // sides times gamma). exp reads min(x, 0): the side Where does not pick stays finite, so
+        // its zero gradient stays zero (0·exp(100) would be NaN)
+        if (op == "Selu")
+            check_attrs({"alpha", "gamma"});
+        else
+            check_attrs({"alpha"});
+        const double alpha = double(attr_float(node, "alpha", op == "Selu" ? 1.67326319217681884765625f : 1.0f));
+        const double gamma = op == "Selu" ? double(attr_float(node, "gamma", 1.05070102214813232421875f)) : 1.0;
+        if (op == "Celu" && alpha == 0)
+            throw GraphError(where + ": alpha 0 is not supported (Celu divides by alpha); shapes " + shapes_text());
+        const std::string x = materialize(node.input(0)), name = out_name(0);
+        const auto step = steps_of(name);
+        const std::string zero = scalar(name + ".zero", 0), one = scalar(name + ".one", 1);
+        const std::string positive = step("Greater", "positive", {x, zero});
+        std::string neg = step("Clip", "nonpositive", {x}, {{"max", 0.0}});
+        if (op == "Celu" && alpha != 1) neg = step("Div", "over_alpha", {neg, scalar(name + ".alpha", alpha)});
+        std::string below = step("Sub", "expm1", {step("Exp", "exp", {neg}), one});
+        if (alpha != 1 || op == "Selu") below = step("Scale", "alpha_expm1", {below}, {{"factor", alpha}});
+        std::string above = x;
+        if (op == "Selu") {
+            below = step("Scale", "gamma_below", {below}, {{"factor", gamma}});
+            above = step("Scale", "gamma_x", {x}, {{"factor", gamma}});
+        }
+        emit("Where", name, {positive, above, below});
+        define(out0, name, arg(0).shape, et);
+        return;
+    }
+    if (op == "ThresholdedRelu") {  // x where x > alpha, else 0
+        check_attrs({"alpha"});
+        const std::string x = materialize(node.input(0)), name = out_name(0);
+        const auto step = steps_of(name);
+        const std::string above =
+            step("Greater", "above", {x, scalar(name + ".alpha", double(attr_float(node, "alpha", 1.0f)))});
+        emit("Where", name, {above, x, scalar(name + ".zero", 0)});
+        define(out0, name, arg(0).shape, et);
+        return;
+    }
+    if (op == "PRelu") {  // x where x >= 0, slope·x where x < 0; slope broadcasts to x's shape
+        check_attrs({});
+        if (!broadcasts_to(arg(1).shape, arg(0).shape))
+            throw ShapeError(where + ": slope does not broadcast to x's shape (PRelu's slope stretches to x, one "
+                                     "way); shapes " +
+                             shapes_text());
+        const std::string x = materialize(node.input(0)), name = out_name(0);
+        const auto step = steps_of(name);
+        const std::string negative = step("Less", "negative", {x, scalar(name + ".zero", 0)});
+        emit("Where", name, {negative, step("Mul", "scaled", {x, materialize(node.input(1))}), x});
+        define(out0, name, arg(0).shape, et);
+        return;
+    }
+    if (op == "Mish") {  // x · tanh(softplus(x))
+        check_attrs({});
+        const std::string x = materialize(node.input(0)), name = out_name(0);
+        const auto step = steps_of(name);
+        emit("Mul", name, {x, step("Tanh", "tanh", {step("Softplus", "softplus", {x})})});
         define(out0, name, arg(0).shape, et);
         return;
     }
@@ -1055,7 +1164,8 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
         m_values[out0].zero_one = true;
         return;
     }
-    if (op == "ReduceSum" || op == "ReduceMean" || op == "ReduceMax") {
+    if (op == "ReduceSum" || op == "ReduceMean" || op == "ReduceMax" || op == "ReduceMin" || op == "ReduceL1" ||
+        op == "ReduceL2" || op == "ReduceSumSquare") {
         check_attrs({"axes", "keepdims", "noop_with_empty_axes"});
         const Value& x = arg(0);
         // axes: an input from opset 13 (ReduceSum) / 18 (the others), an attribute before
@@ -1074,7 +1184,28 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
             else if (keep)
                 s.push_back(1);
         const std::string name = out_name(0);
-        emit(op, name, {x.name}, {{"axes", axes}, {"keepdims", keep ? 1 : 0}, {"noop_with_empty_axes", noop ? 1 : 0}});
+        const json attrs = {{"axes", axes}, {"keepdims", keep ? 1 : 0}, {"noop_with_empty_axes", noop ? 1 : 0}};
+        if (op == "ReduceSum" || op == "ReduceMean" || op == "ReduceMax") {
+            emit(op, name, {x.name}, attrs);
+        } else if (axes.empty() && noop) {
+            alias(out0, x);  // nothing reduced: the input, as ONNX's reference returns it
+            return;
+        } else {
+            // written out: min = −max(−x), L1 = sum(|x|), sum of squares = sum(x·x), L2 = √ of that
+            const auto step = steps_of(name);
+            const std::string xn = materialize(node.input(0));
+            if (op == "ReduceMin") {
+                emit("Neg", name, {step("ReduceMax", "max_negated", {step("Neg", "negated", {xn})}, attrs)});
+            } else if (op == "ReduceL1") {
+                emit("ReduceSum", name, {step("Abs", "abs", {xn})}, attrs);
+            } else {
+                const std::string square = step("Mul", "square", {xn, xn});
+                if (op == "ReduceSumSquare")
+                    emit("ReduceSum", name, {square}, attrs);
+                else
+                    emit("Sqrt", name, {step("ReduceSum", "sum_square", {square}, attrs)});
+            }
+        }
         define(out0, name, s, et);
         return;
     }
@@ -1507,15 +1638,8 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
             s[ax] = c.picked.size();
             cuts.push_back(std::move(c));
         }
-        if (empty) {
-            // nothing is picked: the value is a zero-size constant, which may be a graph output
-            // but no op's input (materialize refuses it there)
-            Value v;
-            v.is_const = true;
-            v.c = OnnxTensor{TP::FLOAT, to_i64(s), {}};
-            v.shape = s;
-            v.elem_type = et;
-            m_values[out0] = std::move(v);
+        if (empty) {  // nothing is picked
+            define_empty(s);
             return;
         }
         s = x.shape;
@@ -1543,6 +1667,202 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
         }
         if (cur != name) reshape_to(cur, s, name);
         define(out0, name, s, et);
+        return;
+    }
+    if (op == "Tile") {
+        // x (d0, d1, ...) repeated (r0, r1, ...) times: Reshape to (1, d0, 1, d1, ...) (NAME.split),
+        // Expand to (r0, d0, r1, d1, ...) (NAME.expanded), Reshape to (r0·d0, r1·d1, ...); its
+        // gradient sums the copies (Expand's)
+        check_attrs({});
+        const Value& x = arg(0);
+        const std::vector<std::int64_t> repeats = const_ints(1, "repeats");
+        if (repeats.size() != x.shape.size())
+            throw ShapeError(where + ": " + std::to_string(repeats.size()) + " repeats for rank " +
+                             std::to_string(x.shape.size()) + " (one per axis); shapes " + shapes_text());
+        Shape split, expanded, s;
+        for (std::size_t i = 0; i < repeats.size(); ++i) {
+            if (repeats[i] < 0 || repeats[i] > (std::int64_t(1) << 40))
+                throw ShapeError(where + ": repeat " + std::to_string(repeats[i]) + " for axis " + std::to_string(i) +
+                                 " is not a count; shapes " + shapes_text());
+            split.insert(split.end(), {1, x.shape[i]});
+            expanded.insert(expanded.end(), {static_cast<std::size_t>(repeats[i]), x.shape[i]});
+        }
+        check_size(expanded, "the output");  // (so that no r·d below overflows)
+        for (std::size_t i = 0; i < repeats.size(); ++i) s.push_back(expanded[2 * i] * x.shape[i]);
+        if (element_count(s) == 0) {
+            define_empty(s);
+            return;
+        }
+        if (s == x.shape) {
+            alias(out0, x);
+            return;
+        }
+        const std::string name = out_name(0);
+        const auto step = steps_of(name);
+        const std::string split_x = step("Reshape", "split", {materialize(node.input(0))}, {{"shape", to_i64(split)}});
+        reshape_to(step("Expand", "expanded", {split_x}, {{"shape", to_i64(expanded)}}), s, name);
+        define(out0, name, s, et);
+        return;
+    }
+    if (op == "Pad") {
+        // per padded axis: constant mode a Slice where a pad is negative and a Concat with
+        // constant blocks (NAME.before_axisK, NAME.after_axisK); edge, reflect and wrap a Gather
+        // of the indices each output element reads (NAME.indices_axisK). The last step is NAME.
+        check_attrs({"mode", "pads", "value", "paddings"});
+        const Value& x = arg(0);
+        const auto* mode_attr = onnx_fold::find_attr(node, "mode");
+        const std::string mode = mode_attr ? mode_attr->s() : "constant";
+        if (mode != "constant" && mode != "edge" && mode != "reflect" && (mode != "wrap" || m_opset < 19))
+            throw GraphError(where + ": mode '" + mode + "' is not one of constant, edge, reflect" +
+                             (m_opset >= 19 ? ", wrap" : "") + "; shapes " + shapes_text());
+        // opset 11 on: pads, constant_value and axes (18 on) are inputs; before: attributes
+        // ("paddings" in opset 1)
+        const std::vector<std::int64_t> pads =
+            m_opset >= 11 ? const_ints(1, "pads") : attr_ints(node, m_opset < 2 ? "paddings" : "pads");
+        double value = m_opset >= 11 ? 0.0 : double(attr_float(node, "value", 0.0f));
+        if (m_opset >= 11 && has(2)) {
+            const Value& c = arg(2);
+            if (!c.is_const || c.c.values.size() != 1)
+                throw ShapeError(where + ": constant_value '" + node.input(2) +
+                                 "' is not a constant number; shapes " + shapes_text());
+            value = c.c.values[0];
+        }
+        std::vector<std::int64_t> axes;
+        if (m_opset >= 18 && has(3))
+            axes = const_ints(3, "axes");
+        else
+            for (std::size_t i = 0; i < x.shape.size(); ++i) axes.push_back(static_cast<std::int64_t>(i));
+        if (pads.size() != 2 * axes.size())
+            throw ShapeError(where + ": pads has " + std::to_string(pads.size()) + " values for " +
+                             std::to_string(axes.size()) + " axes (a begin and an end each); shapes " + shapes_text());
+        // the axes, checked, and the output's shape, before any node is written
+        std::vector<std::size_t> axis_of;
+        Shape padded_shape = x.shape;
+        for (std::size_t k = 0; k < axes.size(); ++k) {
+            const auto ax = static_cast<std::size_t>(normalize(axes[k], x.shape.size(), where));
+            if (std::find(axis_of.begin(), axis_of.end(), ax) != axis_of.end())
+                throw ShapeError(where + ": axis " + std::to_string(ax) + " is padded twice; shapes " + shapes_text());
+            axis_of.push_back(ax);
+            const std::int64_t len = static_cast<std::int64_t>(x.shape[ax]), b = pads[k], e = pads[k + axes.size()];
+            if (b < -len || e < -len || b > (std::int64_t(1) << 40) || e > (std::int64_t(1) << 40) || len + b + e < 0)
+                throw ShapeError(where + ": pads " + std::to_string(b) + ", " + std::to_string(e) + " on axis " +
+                                 std::to_string(ax) + " of length " + std::to_string(len) +
+                                 " are out of range; shapes " + shapes_text());
+            padded_shape[ax] = static_cast<std::size_t>(len + b + e);
+        }
+        check_size(padded_shape, "the output");  // (the constant blocks and indices are smaller)
+        if (element_count(padded_shape) == 0) {
+            define_empty(padded_shape);
+            return;
+        }
+        const std::string name = out_name(0);
+        const auto step = steps_of(name);
+        std::string cur;  // the value so far, materialized on first use
+        auto current = [&]() -> std::string {
+            if (cur.empty()) cur = materialize(node.input(0));
+            return cur;
+        };
+        Shape s = x.shape;
+        for (std::size_t k = 0; k < axes.size(); ++k) {
+            const std::size_t ax = axis_of[k];
+            const std::int64_t len = static_cast<std::int64_t>(s[ax]), b = pads[k], e = pads[k + axes.size()];
+            const std::string tag = "axis" + std::to_string(ax);
+            if (b == 0 && e == 0) continue;
+            const std::size_t padded = padded_shape[ax];
+            if (mode == "constant") {
+                std::vector<std::string> pieces;
+                auto block = [&](const std::string& which, std::int64_t size) {
+                    Shape bs = s;
+                    bs[ax] = static_cast<std::size_t>(size);
+                    pieces.push_back(constant(name + "." + which + "_" + tag, TP::FLOAT, bs,
+                                              std::vector<double>(element_count(bs), value)));
+                };
+                const std::int64_t from = std::max<std::int64_t>(-b, 0), to = len - std::max<std::int64_t>(-e, 0);
+                if (b > 0) block("before", b);
+                if (to > from) {
+                    std::string kept = current();
+                    if (from > 0 || to < len)
+                        kept = step("Slice", "kept_" + tag, {kept},
+                                    {{"axis", static_cast<std::int64_t>(ax)}, {"start", from}, {"end", to}});
+                    pieces.push_back(kept);
+                }
+                if (e > 0) block("after", e);
+                cur = pieces.size() == 1
+                          ? pieces[0]
+                          : step("Concat", "padded_" + tag, pieces, {{"axis", static_cast<std::int64_t>(ax)}});
+            } else {
+                // the index each output element reads: output i is input i − b extended by the mode
+                if ((mode == "reflect" || mode == "wrap") && ((b < 0 && e > 0) || (b > 0 && e < 0)))
+                    throw ShapeError(where + ": pads " + std::to_string(b) + ", " + std::to_string(e) + " on axis " +
+                                     std::to_string(ax) + " both crop and pad in mode '" + mode +
+                                     "', which runtimes read differently; shapes " + shapes_text());
+                std::vector<double> idx;
+                for (std::int64_t i = -b; i < len + e; ++i) {
+                    std::int64_t j = i;
+                    if (mode == "edge") {
+                        j = std::clamp<std::int64_t>(i, 0, len - 1);
+                    } else if (mode == "wrap") {
+                        j = ((i % len) + len) % len;
+                    } else if (len == 1) {
+                        j = 0;
+                    } else {  // reflect: period 2·(len − 1), the edges not repeated
+                        const std::int64_t p = 2 * (len - 1);
+                        j = ((i % p) + p) % p;
+                        if (j >= len) j = p - j;
+                    }
+                    idx.push_back(static_cast<double>(j));
+                }
+                const Shape idx_shape{idx.size()};
+                const std::string indices = constant(name + ".indices_" + tag, TP::INT64, idx_shape, std::move(idx));
+                cur = step("Gather", "padded_" + tag, {current(), indices}, {{"axis", static_cast<std::int64_t>(ax)}});
+            }
+            s[ax] = padded;
+        }
+        if (cur.empty()) {  // nothing padded
+            alias(out0, x);
+            return;
+        }
+        reshape_to(cur, s, name);
+        define(out0, name, s, et);
+        return;
+    }
+    if (op == "CumSum") {
+        // y_i = the sum of x_j over j <= i along the axis (exclusive: j < i; reverse: j >= i,
+        // j > i), as a MatMul by a constant 0/1 triangle (NAME.triangle); the axis is moved last
+        // and back by Transposes. (An inf or NaN in a line makes the whole line NaN: inf·0.)
+        check_attrs({"exclusive", "reverse"});
+        const Value& x = arg(0);
+        const std::vector<std::int64_t> axis_value = const_ints(1, "axis");
+        if (axis_value.size() != 1 || x.shape.empty())
+            throw ShapeError(where + ": CumSum takes a tensor of rank 1 or more and one axis; shapes " +
+                             shapes_text());
+        const auto ax = static_cast<std::size_t>(normalize(axis_value[0], x.shape.size(), where));
+        const bool exclusive = attr_int(node, "exclusive", 0) != 0, reverse = attr_int(node, "reverse", 0) != 0;
+        const std::size_t len = x.shape[ax], rank = x.shape.size();
+        check_size({len, len}, "the triangle over axis " + std::to_string(ax));
+        std::vector<double> tri(len * len, 0.0);  // tri[j][i] = 1 where x_j counts in y_i
+        for (std::size_t j = 0; j < len; ++j)
+            for (std::size_t i = 0; i < len; ++i)
+                tri[j * len + i] = (reverse ? (exclusive ? j > i : j >= i) : (exclusive ? j < i : j <= i)) ? 1 : 0;
+        const std::string name = out_name(0);
+        const auto step = steps_of(name);
+        const std::string triangle = constant(name + ".triangle", TP::FLOAT, {len, len}, std::move(tri));
+        std::string xn = materialize(node.input(0));
+        if (rank == 1) {
+            const std::string row = step("Reshape", "as_row", {xn}, {{"shape", to_i64(Shape{1, len})}});
+            reshape_to(step("MatMul", "row_sums", {row, triangle}), x.shape, name);
+        } else if (ax + 1 == rank) {
+            emit("MatMul", name, {xn, triangle});
+        } else {
+            std::vector<std::int64_t> perm, back(rank);
+            for (std::size_t i = 0; i < rank; ++i)
+                if (i != ax) perm.push_back(static_cast<std::int64_t>(i));
+            perm.push_back(static_cast<std::int64_t>(ax));
+            for (std::size_t i = 0; i < rank; ++i) back[static_cast<std::size_t>(perm[i])] = static_cast<std::int64_t>(i);
+            const std::string moved = step("Transpose", "moved", {xn}, {{"perm", perm}});
+            emit("Transpose", name, {step("MatMul", "sums", {moved, triangle})}, {{"perm", back}});
+        }
+        define(out0, name, x.shape, et);
         return;
     }
     if (op == "Softmax") {

@@ -965,6 +965,378 @@ void attr_string(onnx::NodeProto* n, const std::string& name, const std::string&
     a->set_s(value);
 }
 
+// ---- activations, reductions, Tile, Pad and CumSum written out with attngraph's ops ---------
+
+TP* add_init_i64(onnx::GraphProto& g, const std::string& name, const std::vector<std::int64_t>& values) {
+    auto* t = g.add_initializer();
+    t->set_name(name);
+    t->set_data_type(TP::INT64);
+    t->add_dims(static_cast<std::int64_t>(values.size()));
+    for (auto v : values) t->add_int64_data(v);
+    return t;
+}
+
+// the path of the gradient of `name` in a grad trace directory
+fs::path grad_file(const fs::path& trace, const std::string& name) {
+    const auto manifest = nlohmann::json::parse(slurp(trace / "manifest.json"));
+    for (const auto& e : manifest["entries"])
+        if (e.value("name", std::string()) == name) return trace / e.value("grad", std::string());
+    return {};
+}
+
+// HardSigmoid, HardSwish, Elu, Selu, Celu, ThresholdedRelu, PRelu and Mish (opset 18) against
+// their formulas in double, as ONNX's reference defines them, and against ONNX Runtime
+BOOST_AUTO_TEST_CASE(written_out_activations_match_their_formulas_and_onnx_runtime) {
+    TempDir tmp;
+    onnx::GraphProto g;
+    add_input(g, "X", {2, 5});
+    add_init(g, "slope", {5}, {0.25f, -0.5f, 2.0f, 0.0f, 1.5f});
+    add_node(g, "HardSigmoid", {"X"}, {"HS"});
+    auto* hs2 = add_node(g, "HardSigmoid", {"X"}, {"HS2"});
+    attr_float(hs2, "alpha", 0.5f);
+    attr_float(hs2, "beta", 0.25f);
+    add_node(g, "HardSwish", {"X"}, {"HW"});
+    add_node(g, "Elu", {"X"}, {"E"});
+    attr_float(add_node(g, "Elu", {"X"}, {"E2"}), "alpha", 0.5f);
+    add_node(g, "Selu", {"X"}, {"SE"});
+    attr_float(add_node(g, "Celu", {"X"}, {"CE"}), "alpha", 2.0f);
+    add_node(g, "ThresholdedRelu", {"X"}, {"TR"});
+    add_node(g, "PRelu", {"X", "slope"}, {"PR"});
+    add_node(g, "Mish", {"X"}, {"MI"});
+    const std::vector<std::string> outs = {"HS", "HS2", "HW", "E", "E2", "SE", "CE", "TR", "PR", "MI"};
+    for (const auto& o : outs) add_output(g, o);
+    onnx::ModelProto m = model_of(g);
+    m.mutable_opset_import(0)->set_version(18);
+    write(m, tmp.path / "act.onnx");
+    const std::vector<float> x = {-6.0f, -2.5f, -1.0f, -0.25f, 0.0f, 1e-3f, 0.5f, 1.0f, 3.0f, 8.0f};
+    save_npy(tmp.path / "X.npy",
+             Tensor(Array<float>({{x[0], x[1], x[2], x[3], x[4]}, {x[5], x[6], x[7], x[8], x[9]}})));
+    const CliResult r = run_cli("run act.onnx --input X=X.npy --trace t", tmp.path);
+    BOOST_TEST_REQUIRE(r.code == 0, r.err);
+    const double selu_alpha = 1.67326319217681884765625, selu_gamma = 1.05070102214813232421875;
+    const std::vector<double> slope = {0.25, -0.5, 2.0, 0.0, 1.5};
+    auto want = [&](const std::string& o, std::size_t i) {
+        const double v = x[i];
+        const double elu = v > 0 ? v : std::exp(v) - 1;
+        if (o == "HS") return std::clamp(0.2 * v + 0.5, 0.0, 1.0);
+        if (o == "HS2") return std::clamp(0.5 * v + 0.25, 0.0, 1.0);
+        if (o == "HW") return v * std::clamp(v / 6 + 0.5, 0.0, 1.0);
+        if (o == "E") return elu;
+        if (o == "E2") return v > 0 ? v : 0.5 * (std::exp(v) - 1);
+        if (o == "SE") return selu_gamma * (v > 0 ? v : selu_alpha * (std::exp(v) - 1));
+        if (o == "CE") return std::max(0.0, v) + std::min(0.0, 2 * (std::exp(v / 2) - 1));
+        if (o == "TR") return v > 1 ? v : 0.0;
+        if (o == "PR") return v < 0 ? slope[i % 5] * v : v;
+        return v * std::tanh(std::log1p(std::exp(v)));  // MI
+    };
+    for (const auto& o : outs) {
+        const Tensor y = load_npy(tmp.path / "t" / (o + ".npy"));
+        BOOST_TEST_REQUIRE(y.size() == x.size(), o);
+        for (std::size_t i = 0; i < x.size(); ++i)
+            BOOST_TEST(std::fabs(y.at_flat(i) - want(o, i)) <= 1e-6 * std::max(1.0, std::fabs(want(o, i))),
+                       o << "[" << i << "] = " << y.at_flat(i) << ", want " << want(o, i));
+    }
+    // each step is a traced node: Elu's exp reads min(x, 0)
+    const Tensor e_exp = load_npy(tmp.path / "t" / "E.exp.npy");
+    BOOST_TEST(e_exp.at_flat(9) == 1.0);  // exp(min(8, 0))
+    const OrtCheck ort = ort_check(tmp.path / "act.onnx", tmp.path / "t", "1e-5");
+    BOOST_TEST(ort.status == 0, ort.report);
+    BOOST_TEST(ort.lines() == static_cast<long>(outs.size()), ort.report);
+}
+
+// The gradients of the written-out steps: d/dx of Elu(x) + HardSwish(x) is finite where exp(x)
+// overflows f32 (x = 100: the side Where does not pick reads exp(min(x, 0))), alpha·e^x at and
+// below 0 and (2x + 3)/6 inside HardSwish's ramp; PRelu's slope gets the sum of the negative
+// x of its column, x gets the slope there and 1 elsewhere
+BOOST_AUTO_TEST_CASE(written_out_activations_differentiate) {
+    TempDir tmp;
+    onnx::GraphProto g;
+    add_input(g, "X", {5});
+    add_node(g, "Elu", {"X"}, {"E"});
+    add_node(g, "HardSwish", {"X"}, {"H"});
+    add_node(g, "Add", {"E", "H"}, {"Y"});
+    add_output(g, "Y");
+    onnx::ModelProto m = model_of(g);
+    m.mutable_opset_import(0)->set_version(18);
+    write(m, tmp.path / "act.onnx");
+    save_npy(tmp.path / "X.npy", Tensor(Array<float>({100.0f, -100.0f, 0.0f, -1.0f, 2.0f})));
+    const CliResult r = run_cli("grad act.onnx --input X=X.npy --wrt X --trace g", tmp.path);
+    BOOST_TEST_REQUIRE(r.code == 0, r.err);
+    const Tensor dx = load_npy(grad_file(tmp.path / "g", "X"));
+    const std::vector<double> want = {1 + 1, std::exp(-100.0) + 0, 1 + 0.5, std::exp(-1.0) + 1.0 / 6, 1 + 7.0 / 6};
+    for (std::size_t i = 0; i < want.size(); ++i)
+        BOOST_TEST(std::fabs(dx.at_flat(i) - want[i]) <= 1e-6, i << ": " << dx.at_flat(i) << ", want " << want[i]);
+
+    onnx::GraphProto p;
+    add_input(p, "X", {2, 3});
+    add_init(p, "slope", {3}, {0.25f, -0.5f, 2.0f});
+    add_node(p, "PRelu", {"X", "slope"}, {"Y"});
+    add_output(p, "Y");
+    write(model_of(p), tmp.path / "prelu.onnx");
+    save_npy(tmp.path / "X2.npy", Tensor(Array<float>({{-1.0f, 2.0f, -3.0f}, {-4.0f, -5.0f, 6.0f}})));
+    const CliResult d = run_cli("grad prelu.onnx --input X=X2.npy --wrt X --wrt slope --trace h", tmp.path);
+    BOOST_TEST_REQUIRE(d.code == 0, d.err);
+    const Tensor dxp = load_npy(grad_file(tmp.path / "h", "X")), ds = load_npy(grad_file(tmp.path / "h", "slope"));
+    const std::vector<double> want_dx = {0.25, 1, 2, 0.25, -0.5, 1}, want_ds = {-5, -5, -3};
+    for (std::size_t i = 0; i < 6; ++i) BOOST_TEST(dxp.at_flat(i) == want_dx[i], i);
+    for (std::size_t i = 0; i < 3; ++i) BOOST_TEST(ds.at_flat(i) == want_ds[i], i);
+}
+
+// ReduceMin, ReduceL1, ReduceL2 and ReduceSumSquare of computed values (opset 18: axes as an
+// input), against plain loops and ONNX Runtime; ReduceL2 of a constant folds at import
+BOOST_AUTO_TEST_CASE(written_out_reductions_match_plain_loops_and_onnx_runtime) {
+    TempDir tmp;
+    onnx::GraphProto g;
+    add_input(g, "X", {2, 3, 4});
+    add_init_i64(g, "ax1", {1});
+    add_init_i64(g, "ax2", {2});
+    add_init_i64(g, "ax0_last", {0, -1});
+    add_init(g, "C", {2}, {3.0f, 4.0f});
+    attr_int(add_node(g, "ReduceMin", {"X", "ax1"}, {"RMIN"}), "keepdims", 0);
+    add_node(g, "ReduceL1", {"X", "ax2"}, {"RL1"});
+    add_node(g, "ReduceL2", {"X"}, {"RL2"});
+    attr_int(add_node(g, "ReduceSumSquare", {"X", "ax0_last"}, {"RSS"}), "keepdims", 0);
+    attr_int(add_node(g, "ReduceL2", {"C"}, {"five"}), "keepdims", 0);
+    add_node(g, "Add", {"RMIN", "five"}, {"RC"});
+    for (const char* o : {"RMIN", "RL1", "RL2", "RSS", "RC"}) add_output(g, o);
+    onnx::ModelProto m = model_of(g);
+    m.mutable_opset_import(0)->set_version(18);
+    write(m, tmp.path / "red.onnx");
+    std::vector<float> x(24);
+    for (std::size_t k = 0; k < x.size(); ++k) x[k] = static_cast<float>((k * 5) % 11) - 4.75f;
+    Array<float> xa = Array<float>::from_shape({2, 3, 4});
+    std::copy(x.begin(), x.end(), xa.data());
+    save_npy(tmp.path / "X.npy", Tensor(xa));
+    const CliResult r = run_cli("run red.onnx --input X=X.npy --trace t", tmp.path);
+    BOOST_TEST_REQUIRE(r.code == 0, r.err);
+    auto at = [&](std::size_t a, std::size_t b, std::size_t c) { return double(x[(a * 3 + b) * 4 + c]); };
+    std::vector<double> rmin, rl1, rss;
+    double l2 = 0;
+    for (std::size_t a = 0; a < 2; ++a)
+        for (std::size_t c = 0; c < 4; ++c) rmin.push_back(std::min({at(a, 0, c), at(a, 1, c), at(a, 2, c)}));
+    for (std::size_t a = 0; a < 2; ++a)
+        for (std::size_t b = 0; b < 3; ++b) {
+            double s = 0;
+            for (std::size_t c = 0; c < 4; ++c) s += std::fabs(at(a, b, c));
+            rl1.push_back(s);
+        }
+    for (std::size_t b = 0; b < 3; ++b) {
+        double s = 0;
+        for (std::size_t a = 0; a < 2; ++a)
+            for (std::size_t c = 0; c < 4; ++c) s += at(a, b, c) * at(a, b, c);
+        rss.push_back(s);
+    }
+    for (float v : x) l2 += double(v) * v;
+    std::vector<double> rc = rmin;
+    for (double& v : rc) v += 5;
+    const std::map<std::string, std::pair<Shape, std::vector<double>>> want = {
+        {"RMIN", {{2, 4}, rmin}}, {"RL1", {{2, 3, 1}, rl1}}, {"RL2", {{1, 1, 1}, {std::sqrt(l2)}}},
+        {"RSS", {{3}, rss}},      {"RC", {{2, 4}, rc}},
+    };
+    for (const auto& [name, expected] : want) {
+        const Tensor y = load_npy(tmp.path / "t" / (name + ".npy"));
+        BOOST_TEST(y.shape() == expected.first, name);
+        BOOST_TEST_REQUIRE(y.size() == expected.second.size(), name);
+        for (std::size_t i = 0; i < y.size(); ++i)
+            BOOST_TEST(std::fabs(y.at_flat(i) - expected.second[i]) <= 1e-6 * std::max(1.0, expected.second[i]),
+                       name << "[" << i << "] = " << y.at_flat(i) << ", want " << expected.second[i]);
+    }
+    // folded: a constant (a param), not a node
+    const auto manifest = nlohmann::json::parse(slurp(tmp.path / "t" / "manifest.json"));
+    for (const auto& e : manifest["entries"])
+        if (e.value("name", std::string()) == "five") BOOST_TEST(e.value("op", std::string()).empty());
+    BOOST_TEST(load_npy(tmp.path / "t" / "five.npy").at_flat(0) == 5.0);
+    const OrtCheck ort = ort_check(tmp.path / "red.onnx", tmp.path / "t", "1e-5");
+    BOOST_TEST(ort.status == 0, ort.report);
+    BOOST_TEST(ort.lines() == 5, ort.report);
+}
+
+// Tile, Pad (constant with a crop, edge on one axis, reflect, wrap) and CumSum (plain,
+// exclusive and reversed, of a vector), opset 19. Each output element is a sum of input
+// elements (none: Pad's constant or CumSum's exclusive 0), listed here by plain index
+// arithmetic: the values are those sums and the gradient of the sum of the outputs counts
+// the reads of each x. Checked against ONNX Runtime too.
+BOOST_AUTO_TEST_CASE(tile_pad_and_cumsum_match_index_arithmetic_onnx_runtime_and_their_gradients) {
+    TempDir tmp;
+    onnx::GraphProto g;
+    add_input(g, "X", {2, 3});
+    add_input(g, "V", {4});
+    add_init_i64(g, "reps", {2, 3});
+    add_init_i64(g, "pads_c", {1, -1, 0, 2});
+    add_init(g, "half", {}, {0.5f});
+    add_init_i64(g, "pads_e", {2, 1});
+    add_init_i64(g, "axis1", {1});
+    add_init_i64(g, "pads_r", {0, 2, 0, 2});
+    add_init_i64(g, "pads_w", {1, 1, 1, 2});
+    add_init_i64(g, "zero", {0});
+    add_node(g, "Tile", {"X", "reps"}, {"T"});
+    add_node(g, "Pad", {"X", "pads_c", "half"}, {"PC"});
+    attr_string(add_node(g, "Pad", {"X", "pads_e", "", "axis1"}, {"PE"}), "mode", "edge");
+    attr_string(add_node(g, "Pad", {"X", "pads_r"}, {"PR"}), "mode", "reflect");
+    attr_string(add_node(g, "Pad", {"X", "pads_w"}, {"PW"}), "mode", "wrap");
+    add_node(g, "CumSum", {"X", "axis1"}, {"C1"});
+    auto* c0 = add_node(g, "CumSum", {"X", "zero"}, {"C0"});
+    attr_int(c0, "exclusive", 1);
+    attr_int(c0, "reverse", 1);
+    add_node(g, "CumSum", {"V", "zero"}, {"CV"});
+    onnx::ModelProto m = model_of(g);
+    m.mutable_opset_import(0)->set_version(19);
+    // (the graph's outputs are added below, with their references)
+    const std::vector<float> xv = {1, -2, 3, 4, 5, -6.5f}, vv = {0.5f, -1, 2, 8};
+    // sources: flat indices into X (0-5) and V (6-9)
+    struct Want {
+        std::string name;
+        Shape shape;
+        double fill;
+        std::vector<std::vector<int>> sources;
+    };
+    std::vector<Want> want;
+    auto X = [](int i, int j) { return i * 3 + j; };
+    {
+        Want t{"T", {4, 9}, 0, {}};
+        for (int i = 0; i < 4; ++i)
+            for (int j = 0; j < 9; ++j) t.sources.push_back({X(i % 2, j % 3)});
+        want.push_back(t);
+        Want pc{"PC", {3, 4}, 0.5, {}};  // rows: one before; columns: one cropped before, two after
+        for (int i = 0; i < 3; ++i)
+            for (int j = 0; j < 4; ++j) {
+                const int si = i - 1, sj = j + 1;
+                pc.sources.push_back(si >= 0 && sj < 3 ? std::vector<int>{X(si, sj)} : std::vector<int>{});
+            }
+        want.push_back(pc);
+        Want pe{"PE", {2, 6}, 0, {}};
+        for (int i = 0; i < 2; ++i)
+            for (int j = 0; j < 6; ++j) pe.sources.push_back({X(i, std::clamp(j - 2, 0, 2))});
+        want.push_back(pe);
+        Want pr{"PR", {2, 7}, 0, {}};
+        const int reflect[7] = {2, 1, 0, 1, 2, 1, 0};  // c b | a b c | b a
+        for (int i = 0; i < 2; ++i)
+            for (int j = 0; j < 7; ++j) pr.sources.push_back({X(i, reflect[j])});
+        want.push_back(pr);
+        Want pw{"PW", {4, 6}, 0, {}};
+        for (int i = 0; i < 4; ++i)
+            for (int j = 0; j < 6; ++j) pw.sources.push_back({X((i + 1) % 2, (j + 2) % 3)});
+        want.push_back(pw);
+        Want c1{"C1", {2, 3}, 0, {}}, c0w{"C0", {2, 3}, 0, {}}, cv{"CV", {4}, 0, {}};
+        for (int i = 0; i < 2; ++i)
+            for (int j = 0; j < 3; ++j) {
+                std::vector<int> s1, s0;
+                for (int k = 0; k <= j; ++k) s1.push_back(X(i, k));
+                for (int k = i + 1; k < 2; ++k) s0.push_back(X(k, j));
+                c1.sources.push_back(s1);
+                c0w.sources.push_back(s0);
+            }
+        for (int j = 0; j < 4; ++j) {
+            std::vector<int> s;
+            for (int k = 0; k <= j; ++k) s.push_back(6 + k);
+            cv.sources.push_back(s);
+        }
+        want.push_back(c1);
+        want.push_back(c0w);
+        want.push_back(cv);
+    }
+    for (const auto& w : want) add_output(*m.mutable_graph(), w.name);
+    write(m, tmp.path / "shape.onnx");
+    save_npy(tmp.path / "X.npy", Tensor(Array<float>({{xv[0], xv[1], xv[2]}, {xv[3], xv[4], xv[5]}})));
+    save_npy(tmp.path / "V.npy", Tensor(Array<float>({vv[0], vv[1], vv[2], vv[3]})));
+    const CliResult r = run_cli("run shape.onnx --input X=X.npy --input V=V.npy --trace t", tmp.path);
+    BOOST_TEST_REQUIRE(r.code == 0, r.err);
+    std::vector<double> reads(6, 0);
+    for (const auto& w : want) {
+        const Tensor y = load_npy(tmp.path / "t" / (w.name + ".npy"));
+        BOOST_TEST(y.shape() == w.shape, w.name);
+        BOOST_TEST_REQUIRE(y.size() == w.sources.size(), w.name);
+        for (std::size_t e = 0; e < y.size(); ++e) {
+            double v = w.sources[e].empty() ? w.fill : 0;
+            for (int s : w.sources[e]) {
+                v += s < 6 ? xv[static_cast<std::size_t>(s)] : vv[static_cast<std::size_t>(s - 6)];
+                if (s < 6) reads[static_cast<std::size_t>(s)] += 1;
+            }
+            BOOST_TEST(y.at_flat(e) == v, w.name << "[" << e << "] = " << y.at_flat(e) << ", want " << v);
+        }
+    }
+    const OrtCheck ort = ort_check(tmp.path / "shape.onnx", tmp.path / "t", "1e-6");
+    BOOST_TEST(ort.status == 0, ort.report);
+    BOOST_TEST(ort.lines() == static_cast<long>(want.size()), ort.report);
+    const CliResult d = run_cli("grad shape.onnx --input X=X.npy --input V=V.npy --wrt X --trace g", tmp.path);
+    BOOST_TEST_REQUIRE(d.code == 0, d.err);
+    const Tensor dx = load_npy(grad_file(tmp.path / "g", "X"));
+    for (std::size_t i = 0; i < 6; ++i) BOOST_TEST(dx.at_flat(i) == reads[i], i << ": " << dx.at_flat(i));
+}
+
+// CumSum of constants folds at import (position ids from a constant mask), summed in order
+BOOST_AUTO_TEST_CASE(cumsum_of_constants_folds) {
+    TempDir tmp;
+    onnx::GraphProto g;
+    add_input(g, "X", {4});
+    auto* mask = g.add_initializer();
+    mask->set_name("mask");
+    mask->set_data_type(TP::INT64);
+    mask->add_dims(4);
+    for (std::int64_t v : {1, 1, 0, 1}) mask->add_int64_data(v);
+    add_init_i64(g, "zero", {0});
+    add_node(g, "CumSum", {"mask", "zero"}, {"pos"});
+    add_node(g, "Cast", {"pos"}, {"posf"})->add_attribute()->set_name("to");
+    g.mutable_node(1)->mutable_attribute(0)->set_type(onnx::AttributeProto::INT);
+    g.mutable_node(1)->mutable_attribute(0)->set_i(TP::FLOAT);
+    add_node(g, "Add", {"X", "posf"}, {"Y"});
+    add_output(g, "Y");
+    write(model_of(g), tmp.path / "pos.onnx");
+    const CliResult r = run_cli("run pos.onnx --trace t", tmp.path);  // X holds zeros
+    BOOST_TEST_REQUIRE(r.code == 0, r.err);
+    const Tensor y = load_npy(tmp.path / "t" / "Y.npy");
+    const std::vector<double> want = {1, 2, 2, 3};
+    for (std::size_t i = 0; i < 4; ++i) BOOST_TEST(y.at_flat(i) == want[i], i);
+    const auto manifest = nlohmann::json::parse(slurp(tmp.path / "t" / "manifest.json"));
+    for (const auto& e : manifest["entries"]) BOOST_TEST(e.value("op", std::string()) != "MatMul");
+}
+
+BOOST_AUTO_TEST_CASE(bad_tile_pad_cumsum_prelu_nodes_give_one_error_line) {
+    TempDir tmp;
+    const auto model = [&](const std::string& file, auto&& build, std::int64_t opset = 18) {
+        onnx::GraphProto g;
+        add_input(g, "X", {2, 3});
+        add_init_i64(g, "one", {1});
+        add_init_i64(g, "pads", {0, -1, 0, 2});
+        add_init(g, "pair", {2}, {0.5f, 1.0f});
+        build(g);
+        add_output(g, "Y");
+        onnx::ModelProto m = model_of(g);
+        m.mutable_opset_import(0)->set_version(opset);
+        write(m, tmp.path / file);
+    };
+    model("wrap.onnx", [](onnx::GraphProto& g) {
+        attr_string(add_node(g, "Pad", {"X", "pads"}, {"Y"}, "/pad"), "mode", "wrap");
+    });
+    expect_one_error(tmp, "check wrap.onnx",
+                     "wrap.onnx: node '/pad' (Pad): mode 'wrap' is not one of constant, edge, reflect; shapes (2x3), (4)");
+    model("reflect.onnx", [](onnx::GraphProto& g) {
+        attr_string(add_node(g, "Pad", {"X", "pads"}, {"Y"}, "/pad"), "mode", "reflect");
+    });
+    expect_one_error(tmp, "check reflect.onnx",
+                     "reflect.onnx: node '/pad' (Pad): pads -1, 2 on axis 1 both crop and pad in mode 'reflect', "
+                     "which runtimes read differently; shapes (2x3), (4)");
+    model("tile.onnx", [](onnx::GraphProto& g) { add_node(g, "Tile", {"X", "one"}, {"Y"}, "/tile"); });
+    expect_one_error(tmp, "check tile.onnx",
+                     "tile.onnx: node '/tile' (Tile): 1 repeats for rank 2 (one per axis); shapes (2x3), (1)");
+    // an output that grows is checked against the memory limit before anything is allocated
+    model("huge.onnx", [](onnx::GraphProto& g) {
+        add_init_i64(g, "many", {1 << 20, 1 << 20});
+        add_node(g, "Tile", {"X", "many"}, {"Y"}, "/tile");
+    });
+    expect_one_error(tmp, "check huge.onnx",
+                     "huge.onnx: node '/tile' (Tile): the output of shape (1048576x2x1048576x3) has 6597069766656 "
+                     "elements, over the limit of ");  // (the limit depends on the machine's memory)
+    model("prelu.onnx", [](onnx::GraphProto& g) { add_node(g, "PRelu", {"X", "pair"}, {"Y"}, "/act"); });
+    expect_one_error(tmp, "check prelu.onnx",
+                     "prelu.onnx: node '/act' (PRelu): slope does not broadcast to x's shape (PRelu's slope "
+                     "stretches to x, one way); shapes (2x3), (2)");
+    model("cumsum.onnx", [](onnx::GraphProto& g) { add_node(g, "CumSum", {"X", "X"}, {"Y"}, "/cs"); });
+    expect_one_error(tmp, "check cumsum.onnx",
+                     "cumsum.onnx: node '/cs' (CumSum): axis 'X' is computed from the graph's inputs, not a "
+                     "constant: its value cannot be resolved statically; shapes (2x3), (2x3)");
+}
+
 // numpy's einsum by plain loops over every assignment of the letters. `eq` is explicit
 // ("ab,bc->ac", no "..."); a letter's size is the largest an operand gives it, and an axis of
 // size 1 is read at 0 (broadcast); a letter repeated within a term reads one index twice (a
