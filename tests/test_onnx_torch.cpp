@@ -5,8 +5,12 @@
 // nn.TransformerEncoder (ReLU, opset 14), the LLaMA block (repeat_interleave, SiLU) and
 // nn.MultiheadAttention with both bool masks as inputs (their Or) too, the first two
 // differentiated against torch.autograd, and a module of clamp, relu6, hardtanh, abs,
-// leaky_relu, softplus, maximum and minimum (differentiated too). Without python3-torch the test fails.
+// leaky_relu, softplus, maximum and minimum (differentiated too), and one of the ops written out
+// at import (hardswish, elu, PReLU, F.pad, repeat, cumsum, norms, ...; differentiated too).
+// Without python3-torch the test fails.
 #include <boost/test/unit_test.hpp>
+
+#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -172,6 +176,26 @@ BOOST_AUTO_TEST_CASE(attention_written_with_einsum_runs_and_differentiates_like_
     BOOST_TEST(entries_of(ex.tmp.path / "t", "Softmax").size() == 1u);
     BOOST_TEST(entries_of(ex.tmp.path / "t", "MatMul").size() == 6u);
     BOOST_TEST(entries_of(ex.tmp.path / "t", "Gather").size() == 1u);  // the diagonal
+}
+
+BOOST_AUTO_TEST_CASE(ops_written_out_at_import_run_and_differentiate_like_pytorch) {
+    // hardsigmoid, hardswish, elu, selu, celu, mish, PReLU, F.pad (reflect, replicate, a
+    // constant pad cropping a column), repeat, cumsum, 2- and 1-norm and amin, exported at
+    // opset 17, each written out with attngraph's ops at import (docs/onnx.md)
+    Exported ex;
+    run_and_grad_like_torch(ex, "written_out", {"x"}, "x");
+    // the exported ops, by the steps the import writes for them (torch 1.13 writes mish and the
+    // 2-norm out itself: Softplus, Tanh, Mul; Mul, ReduceSum, Sqrt)
+    const nlohmann::json manifest = nlohmann::json::parse(slurp(ex.tmp.path / "t" / "manifest.json"));
+    std::set<std::string> suffixes;
+    for (const auto& e : manifest["entries"]) {
+        const std::string name = e.value("name", std::string());
+        const auto dot = name.rfind('.');
+        if (dot != std::string::npos) suffixes.insert(name.substr(dot + 1));
+    }
+    for (const char* step : {"gate", "alpha_expm1", "gamma_below", "over_alpha", "negative", "padded_axis1", "expanded",
+                             "triangle", "abs", "max_negated"})
+        BOOST_TEST(suffixes.count(step) == 1u, step);
 }
 
 BOOST_AUTO_TEST_SUITE_END()  // test_onnx_torch

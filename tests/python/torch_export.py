@@ -26,6 +26,11 @@ usage: python3 torch_export.py OUT_DIR
                                                     (projections against (d, h, e) weights, scores,
                                                     weights times values, a trace of the scores);
                                                     dx: d sum(Y) / dx
+  OUT_DIR/written_out.onnx, written_out_x.npy, written_out_y.npy, written_out_dx.npy
+                                                    hardsigmoid, hardswish, elu, selu, celu, mish,
+                                                    PReLU, F.pad (reflect, replicate, constant),
+                                                    repeat, cumsum, norms and amin after a Linear;
+                                                    dx: d sum(Y) / dx
 """
 import sys
 
@@ -241,3 +246,29 @@ class EinsumAttention(torch.nn.Module):
 
 
 export_with("einsum", EinsumAttention(), {"x": torch.randn(2, 5, 8)}, grad_of="x")
+
+
+class WrittenOut(torch.nn.Module):
+    """The ops attngraph writes out at import with its own ops: hardsigmoid, hardswish, elu,
+    selu, celu, mish, PReLU, F.pad (reflect, replicate, a constant one that crops a column),
+    repeat (Tile), cumsum, 2- and 1-norms (ReduceL2, ReduceL1) and amin (ReduceMin)."""
+
+    def __init__(self, d=6):
+        super().__init__()
+        self.lin = torch.nn.Linear(d, d)
+        self.prelu = torch.nn.PReLU(d, init=0.2)
+
+    def forward(self, x):
+        F = torch.nn.functional
+        h = self.lin(x)
+        a = (F.hardsigmoid(2 * h) + F.hardswish(3 * h) + F.elu(h, 0.7) + F.selu(h) + F.celu(h, 1.5) + F.mish(h)
+             + self.prelu(h))
+        reflect = F.pad(h[None], (1, 2), mode="reflect")[0]
+        edge = F.pad(h[None], (2, 1), mode="replicate")[0]
+        crop = F.pad(h, (-1, 4), value=0.5)
+        norms = torch.cat([h.norm(dim=1, keepdim=True), h.norm(p=1, dim=1, keepdim=True),
+                           h.amin(dim=1, keepdim=True)], dim=1)
+        return torch.cat([a, reflect, edge, crop, h.repeat(1, 2), torch.cumsum(h, 1), norms], dim=1)
+
+
+export_with("written_out", WrittenOut(), {"x": torch.randn(3, 6)}, grad_of="x")
