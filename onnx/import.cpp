@@ -689,6 +689,7 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
     if (!node.domain().empty() && node.domain() != "ai.onnx")
         throw GraphError(where + ": op '" + op + "' of domain '" + node.domain() +
                          "' is not supported (supported ops: docs/onnx.md)");
+    if (node.output_size() == 0) throw GraphError(where + ": the node has no outputs");
     std::vector<const Value*> in;
     bool all_const = true;
     for (const auto& name : node.input()) {
@@ -707,6 +708,11 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
     auto arg = [&](std::size_t i) -> const Value& {
         if (!has(i)) throw GraphError(where + ": input " + std::to_string(i) + " is missing");
         return *in[i];
+    };
+    // the ONNX name of input i, which must be given
+    auto input = [&](std::size_t i) -> const std::string& {
+        (void)arg(i);
+        return node.input(static_cast<int>(i));
     };
     auto const_ints = [&](std::size_t i, const std::string& what) {
         const Value& v = arg(i);
@@ -887,7 +893,7 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
         check_attrs({});
         const Shape s = broadcast(arg(0).shape, arg(1).shape, where);
         const std::string name = out_name(0);
-        emit("Mul", name, {materialize(node.input(0)), materialize(node.input(1))});
+        emit("Mul", name, {materialize(input(0)), materialize(input(1))});
         define(out0, name, s, TP::BOOL);
         m_values[out0].zero_one = true;
         return;
@@ -897,9 +903,9 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
         check_attrs({});
         const Shape s = op == "Or" ? broadcast(arg(0).shape, arg(1).shape, where) : arg(0).shape;
         const std::string name = out_name(0);
-        const std::string cond = materialize(node.input(0));
+        const std::string cond = materialize(input(0));
         if (op == "Or")
-            emit("Where", name, {cond, scalar(name + ".one", 1), materialize(node.input(1))});
+            emit("Where", name, {cond, scalar(name + ".one", 1), materialize(input(1))});
         else
             emit("Where", name, {cond, scalar(name + ".zero", 0), scalar(name + ".one", 1)});
         define(out0, name, s, TP::BOOL);
@@ -922,7 +928,7 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
                    std::isfinite(1.0 / b.c.values[0])) {
             emit("Scale", name, {a.name}, {{"factor", 1.0 / b.c.values[0]}});
         } else {
-            emit(op, name, {materialize(node.input(0)), materialize(node.input(1))});
+            emit(op, name, {materialize(input(0)), materialize(input(1))});
         }
         define(out0, name, s, et);
         // a product of 0/1 values (a logical and) is 0/1
@@ -938,7 +944,7 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
         op == "Cos" || op == "Relu" || op == "Sigmoid" || op == "Abs" || op == "Softplus") {
         check_attrs({});
         const std::string name = out_name(0);
-        emit(op, name, {materialize(node.input(0))});
+        emit(op, name, {materialize(input(0))});
         define(out0, name, arg(0).shape, et);
         return;
     }
@@ -949,7 +955,7 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
         if (approximate != "none" && approximate != "tanh")
             throw GraphError(where + ": approximate '" + approximate + "' is not 'none' or 'tanh'; shapes " +
                              shapes_text());
-        const std::string x = materialize(node.input(0)), name = out_name(0);
+        const std::string x = materialize(input(0)), name = out_name(0);
         const auto step = steps_of(name);
         std::string inner;  // erf(x/√2) or tanh(√(2/π)·(x + 0.044715·x³))
         if (approximate == "none") {
@@ -967,7 +973,7 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
     }
     if (op == "Reciprocal") {  // 1/x as a Div, exact (onnxscript and tf2onnx write rsqrt as Reciprocal(Sqrt))
         check_attrs({});
-        const std::string x = materialize(node.input(0)), name = out_name(0);
+        const std::string x = materialize(input(0)), name = out_name(0);
         emit("Div", name, {scalar(name + ".one", 1), x});
         define(out0, name, arg(0).shape, et);
         return;
@@ -976,7 +982,7 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
         check_attrs({"alpha"});
         const std::string name = out_name(0);
         // (ONNX's alpha is a float: its default is 0.01f, as a runtime computing in double reads it)
-        emit(op, name, {materialize(node.input(0))}, {{"alpha", double(attr_float(node, "alpha", 0.01f))}});
+        emit(op, name, {materialize(input(0))}, {{"alpha", double(attr_float(node, "alpha", 0.01f))}});
         define(out0, name, arg(0).shape, et);
         return;
     }
@@ -991,7 +997,7 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
             check_attrs({"alpha", "beta"});
         const double alpha = swish ? 1.0 / 6 : double(attr_float(node, "alpha", 0.2f));
         const double beta = swish ? 0.5 : double(attr_float(node, "beta", 0.5f));
-        const std::string x = materialize(node.input(0)), name = out_name(0);
+        const std::string x = materialize(input(0)), name = out_name(0);
         const auto step = steps_of(name);
         const std::string shifted =
             step("Add", "shifted", {step("Scale", "scaled", {x}, {{"factor", alpha}}), scalar(name + ".beta", beta)});
@@ -1015,7 +1021,7 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
         const double gamma = op == "Selu" ? double(attr_float(node, "gamma", 1.05070102214813232421875f)) : 1.0;
         if (op == "Celu" && alpha == 0)
             throw GraphError(where + ": alpha 0 is not supported (Celu divides by alpha); shapes " + shapes_text());
-        const std::string x = materialize(node.input(0)), name = out_name(0);
+        const std::string x = materialize(input(0)), name = out_name(0);
         const auto step = steps_of(name);
         const std::string zero = scalar(name + ".zero", 0), one = scalar(name + ".one", 1);
         const std::string positive = step("Greater", "positive", {x, zero});
@@ -1034,7 +1040,7 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
     }
     if (op == "ThresholdedRelu") {  // x where x > alpha, else 0
         check_attrs({"alpha"});
-        const std::string x = materialize(node.input(0)), name = out_name(0);
+        const std::string x = materialize(input(0)), name = out_name(0);
         const auto step = steps_of(name);
         const std::string above =
             step("Greater", "above", {x, scalar(name + ".alpha", double(attr_float(node, "alpha", 1.0f)))});
@@ -1048,16 +1054,16 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
             throw ShapeError(where + ": slope does not broadcast to x's shape (PRelu's slope stretches to x, one "
                                      "way); shapes " +
                              shapes_text());
-        const std::string x = materialize(node.input(0)), name = out_name(0);
+        const std::string x = materialize(input(0)), name = out_name(0);
         const auto step = steps_of(name);
         const std::string negative = step("Less", "negative", {x, scalar(name + ".zero", 0)});
-        emit("Where", name, {negative, step("Mul", "scaled", {x, materialize(node.input(1))}), x});
+        emit("Where", name, {negative, step("Mul", "scaled", {x, materialize(input(1))}), x});
         define(out0, name, arg(0).shape, et);
         return;
     }
     if (op == "Mish") {  // x · tanh(softplus(x))
         check_attrs({});
-        const std::string x = materialize(node.input(0)), name = out_name(0);
+        const std::string x = materialize(input(0)), name = out_name(0);
         const auto step = steps_of(name);
         emit("Mul", name, {x, step("Tanh", "tanh", {step("Softplus", "softplus", {x})})});
         define(out0, name, arg(0).shape, et);
@@ -1101,7 +1107,7 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
         bound("min", 1, -std::numeric_limits<double>::infinity());
         bound("max", 2, std::numeric_limits<double>::infinity());
         const std::string name = out_name(0);
-        emit(op, name, {materialize(node.input(0))}, attrs);
+        emit(op, name, {materialize(input(0))}, attrs);
         define(out0, name, arg(0).shape, et);
         return;
     }
@@ -1117,10 +1123,10 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
             return;
         }
         const std::string name = out_name(0);
-        std::string acc = materialize(node.input(0));
+        std::string acc = materialize(input(0));
         for (std::size_t k = 1; k < in.size(); ++k) {
             const std::string step = k + 1 == in.size() ? name : unique(name + "." + std::to_string(k));
-            emit(op, step, {acc, materialize(node.input(static_cast<int>(k)))});
+            emit(op, step, {acc, materialize(input(k))});
             acc = step;
         }
         define(out0, name, s, et);
@@ -1151,7 +1157,7 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
         check_attrs({});
         const Shape s = broadcast(broadcast(arg(0).shape, arg(1).shape, where), arg(2).shape, where);
         const std::string name = out_name(0);
-        emit("Where", name, {materialize(node.input(0)), materialize(node.input(1)), materialize(node.input(2))});
+        emit("Where", name, {materialize(input(0)), materialize(input(1)), materialize(input(2))});
         define(out0, name, s, arg(1).elem_type);
         return;
     }
@@ -1159,7 +1165,7 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
         check_attrs({});
         const Shape s = broadcast(arg(0).shape, arg(1).shape, where);
         const std::string name = out_name(0);
-        emit(op, name, {materialize(node.input(0)), materialize(node.input(1))});
+        emit(op, name, {materialize(input(0)), materialize(input(1))});
         define(out0, name, s, TP::BOOL);
         m_values[out0].zero_one = true;
         return;
@@ -1193,7 +1199,7 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
         } else {
             // written out: min = −max(−x), L1 = sum(|x|), sum of squares = sum(x·x), L2 = √ of that
             const auto step = steps_of(name);
-            const std::string xn = materialize(node.input(0));
+            const std::string xn = materialize(input(0));
             if (op == "ReduceMin") {
                 emit("Neg", name, {step("ReduceMax", "max_negated", {step("Neg", "negated", {xn})}, attrs)});
             } else if (op == "ReduceL1") {
@@ -1235,7 +1241,7 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
         s.insert(s.end(), idx.shape.begin(), idx.shape.end());
         s.insert(s.end(), x.shape.begin() + static_cast<std::ptrdiff_t>(axis) + 1, x.shape.end());
         const std::string name = out_name(0);
-        emit("Gather", name, {materialize(node.input(0)), materialize(node.input(1))},
+        emit("Gather", name, {materialize(input(0)), materialize(input(1))},
              {{"axis", static_cast<std::int64_t>(axis)}});
         define(out0, name, s, et);
         return;
@@ -1251,8 +1257,8 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
                                  " does not broadcast to x.shape[axis:] = (" + shape_str(tail) + "); shapes " +
                                  shapes_text());
         json attrs = {{"axis", axis}, {"epsilon", static_cast<double>(attr_float(node, "epsilon", 1e-5f))}};
-        std::vector<std::string> inputs{x.name, materialize(node.input(1))};
-        if (op == "LayerNormalization" && has(2)) inputs.push_back(materialize(node.input(2)));
+        std::vector<std::string> inputs{x.name, materialize(input(1))};
+        if (op == "LayerNormalization" && has(2)) inputs.push_back(materialize(input(2)));
         const bool stats = op == "LayerNormalization" && ((node.output_size() > 1 && !node.output(1).empty()) ||
                                                           (node.output_size() > 2 && !node.output(2).empty()));
         if (stats) attrs["stats"] = 1;
@@ -1290,7 +1296,7 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
         std::vector<std::optional<onnx_import::AttentionOperand>> operands(6);
         for (std::size_t i = 0; i < 6; ++i)
             if (has(i))
-                operands[i] = onnx_import::AttentionOperand{materialize(node.input(static_cast<int>(i))), arg(i).shape};
+                operands[i] = onnx_import::AttentionOperand{materialize(input(i)), arg(i).shape};
         for (const auto& o : operands)  // the expansion holds each operand once (zeros) while it builds
             if (o &&
                 element_count_capped(o->shape) > (m_reader.max_elements ? m_reader.max_elements : std::size_t(1) << 31))
@@ -1329,8 +1335,8 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
     if (op == "RotaryEmbedding") {
         check_attrs({"interleaved", "rotary_embedding_dim", "num_heads"});
         const Value& x = arg(0);
-        std::vector<std::string> inputs{x.name, materialize(node.input(1)), materialize(node.input(2))};
-        if (has(3)) inputs.push_back(materialize(node.input(3)));
+        std::vector<std::string> inputs{x.name, materialize(input(1)), materialize(input(2))};
+        if (has(3)) inputs.push_back(materialize(input(3)));
         const std::string name = out_name(0);
         emit("RotaryEmbedding", name, inputs,
              {{"interleaved", attr_int(node, "interleaved", 0)},
@@ -1344,7 +1350,7 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
         const Value& a = arg(0);
         const Value& b = arg(1);
         const std::string name = out_name(0);
-        std::string an = materialize(node.input(0)), bn = materialize(node.input(1));
+        std::string an = materialize(input(0)), bn = materialize(input(1));
         Shape as = a.shape, bs = b.shape;
         if (as.empty() || bs.empty()) throw ShapeError(where + ": MatMul of a scalar");
         const bool a1 = as.size() == 1, b1 = bs.size() == 1;
@@ -1388,7 +1394,7 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
         std::vector<onnx_import::EinsumOperand> operands;
         for (std::size_t i = 0; i < in.size(); ++i) {
             const Shape& s = arg(i).shape;  // an absent input is an error
-            operands.push_back({materialize(node.input(static_cast<int>(i))), s});
+            operands.push_back({materialize(input(i)), s});
         }
         const std::string name = out_name(0);
         const onnx_import::EinsumSink sink{
@@ -1415,7 +1421,7 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
         const std::string name = out_name(0);
         auto operand = [&](std::size_t i, bool t, const std::string& suffix) {
             const Value& v = arg(i);
-            if (!t) return materialize(node.input(static_cast<int>(i)));
+            if (!t) return materialize(input(i));
             if (v.is_const) {  // fold the transpose of a constant weight
                 Value tv;
                 tv.is_const = true;
@@ -1445,7 +1451,7 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
         // x·W + b with a bias row: one Linear (torch's nn.Linear exports as Gemm transB=1)
         if (!ta && alpha == 1.0f && beta == 1.0f && has_c &&
             (arg(2).shape == Shape{n} || arg(2).shape == Shape{1, n})) {
-            emit("Linear", name, {an, bn, materialize(node.input(2))});
+            emit("Linear", name, {an, bn, materialize(input(2))});
             define(out0, name, result, et);
             return;
         }
@@ -1459,7 +1465,7 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
         }
         if (has_c) {
             broadcast(arg(2).shape, result, where);
-            std::string cn = materialize(node.input(2));
+            std::string cn = materialize(input(2));
             if (beta != 1.0f) {
                 emit("Scale", name + ".betaC", {cn}, {{"factor", static_cast<double>(beta)}});
                 cn = name + ".betaC";
@@ -1543,7 +1549,7 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
             if (v.shape.size() != s.size()) throw ShapeError(where + ": inputs of different ranks");
             s[axis] += v.shape[axis];
             if (v.shape[axis] == 0) continue;  // ONNX allows empty pieces; attngraph needs none
-            names.push_back(materialize(node.input(static_cast<int>(i))));
+            names.push_back(materialize(input(i)));
         }
         const std::string name = out_name(0);
         if (names.size() == 1)
@@ -1699,7 +1705,7 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
         }
         const std::string name = out_name(0);
         const auto step = steps_of(name);
-        const std::string split_x = step("Reshape", "split", {materialize(node.input(0))}, {{"shape", to_i64(split)}});
+        const std::string split_x = step("Reshape", "split", {materialize(input(0))}, {{"shape", to_i64(split)}});
         reshape_to(step("Expand", "expanded", {split_x}, {{"shape", to_i64(expanded)}}), s, name);
         define(out0, name, s, et);
         return;
@@ -1748,6 +1754,9 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
                 throw ShapeError(where + ": pads " + std::to_string(b) + ", " + std::to_string(e) + " on axis " +
                                  std::to_string(ax) + " of length " + std::to_string(len) +
                                  " are out of range; shapes " + shapes_text());
+            if (len == 0 && mode != "constant" && (b > 0 || e > 0))
+                throw ShapeError(where + ": axis " + std::to_string(ax) + " is empty: there is nothing to pad it with in mode '" +
+                                 mode + "'; shapes " + shapes_text());
             padded_shape[ax] = static_cast<std::size_t>(len + b + e);
         }
         check_size(padded_shape, "the output");  // (the constant blocks and indices are smaller)
@@ -1759,7 +1768,7 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
         const auto step = steps_of(name);
         std::string cur;  // the value so far, materialized on first use
         auto current = [&]() -> std::string {
-            if (cur.empty()) cur = materialize(node.input(0));
+            if (cur.empty()) cur = materialize(input(0));
             return cur;
         };
         Shape s = x.shape;
@@ -1847,7 +1856,7 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
         const std::string name = out_name(0);
         const auto step = steps_of(name);
         const std::string triangle = constant(name + ".triangle", TP::FLOAT, {len, len}, std::move(tri));
-        std::string xn = materialize(node.input(0));
+        std::string xn = materialize(input(0));
         if (rank == 1) {
             const std::string row = step("Reshape", "as_row", {xn}, {{"shape", to_i64(Shape{1, len})}});
             reshape_to(step("MatMul", "row_sums", {row, triangle}), x.shape, name);

@@ -260,6 +260,21 @@ BOOST_AUTO_TEST_CASE(bad_models_give_one_error_line) {
                      "lstm.onnx: node '/rnn/LSTM' (LSTM): op 'LSTM' is not supported on computed values; shapes "
                      "(2x2) (supported ops: docs/onnx.md)");
     }
+    // a node without its input, or without any output (protobuf's own range check used to
+    // end the import with its log line and an untyped error)
+    {
+        onnx::GraphProto g;
+        add_input(g, "X", {2, 2});
+        add_node(g, "Relu", {}, {"Y"}, "/act/Relu");
+        add_output(g, "Y");
+        write(model_of(g), tmp.path / "noinput.onnx");
+        expect_error("import noinput.onnx -o out.json", "noinput.onnx: node '/act/Relu' (Relu): input 0 is missing");
+        g.mutable_node(0)->add_input("X");
+        g.mutable_node(0)->clear_output();
+        write(model_of(g), tmp.path / "nooutput.onnx");
+        expect_error("import nooutput.onnx -o out.json",
+                     "nooutput.onnx: node '/act/Relu' (Relu): the node has no outputs");
+    }
     // an input of another shape than the one a torch export baked its Reshape for: the
     // folded Reshape names both shapes and the element counts
     {
@@ -1316,6 +1331,16 @@ BOOST_AUTO_TEST_CASE(bad_tile_pad_cumsum_prelu_nodes_give_one_error_line) {
     expect_one_error(tmp, "check reflect.onnx",
                      "reflect.onnx: node '/pad' (Pad): pads -1, 2 on axis 1 both crop and pad in mode 'reflect', "
                      "which runtimes read differently; shapes (2x3), (4)");
+    // an empty axis (an empty Slice of X) has nothing to pad with in edge mode
+    model("empty.onnx", [](onnx::GraphProto& g) {
+        add_init_i64(g, "zero", {0});
+        add_init_i64(g, "edges", {0, 1, 0, 1});
+        add_node(g, "Slice", {"X", "zero", "zero", "one"}, {"E"}, "/slice");
+        attr_string(add_node(g, "Pad", {"E", "edges"}, {"Y"}, "/pad"), "mode", "edge");
+    });
+    expect_one_error(tmp, "check empty.onnx",
+                     "empty.onnx: node '/pad' (Pad): axis 1 is empty: there is nothing to pad it with in mode 'edge'; "
+                     "shapes (2x0), (4)");
     model("tile.onnx", [](onnx::GraphProto& g) { add_node(g, "Tile", {"X", "one"}, {"Y"}, "/tile"); });
     expect_one_error(tmp, "check tile.onnx",
                      "tile.onnx: node '/tile' (Tile): 1 repeats for rank 2 (one per axis); shapes (2x3), (1)");
