@@ -3,7 +3,8 @@
 # once, for SECONDS (default 60),
 # starting from the seed corpora: graphs/*.json and tests/data/malformed/ for graph files,
 # fuzz/corpus/npy/ and tests/data/ .npy files for the .npy reader, tests/data/onnx/ and fuzz/corpus/onnx/
-# (a torch export of einsums: ellipsis, diagonals, capitals) for the ONNX importer. A crash leaves its input in
+# (torch exports: einsums with ellipsis, diagonals, capitals; the ops written out at import, as
+# tests/python/torch_export.py's WrittenOut) for the ONNX importer. A crash leaves its input in
 # build/asan/findings/ and fails; turn it into a regression test (tests/data/regressions/).
 # usage: scripts/fuzz.sh [SECONDS]
 set -euo pipefail
