@@ -1170,8 +1170,81 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
         m_values[out0].zero_one = true;
         return;
     }
+    if (op == "LessOrEqual" || op == "GreaterOrEqual") {
+        // a <= b as where(a < b, 1, a == b) (NAME.less or NAME.greater, NAME.equal): NaN gives 0
+        check_attrs({});
+        const Shape s = broadcast(arg(0).shape, arg(1).shape, where);
+        const std::string a = materialize(input(0)), b = materialize(input(1)), name = out_name(0);
+        const auto step = steps_of(name);
+        const std::string strict =
+            op == "LessOrEqual" ? step("Less", "less", {a, b}) : step("Greater", "greater", {a, b});
+        emit("Where", name, {strict, scalar(name + ".one", 1), step("Equal", "equal", {a, b})});
+        define(out0, name, s, TP::BOOL);
+        m_values[out0].zero_one = true;
+        return;
+    }
+    if (op == "IsNaN" || op == "IsInf") {
+        // IsNaN: where(x == x, 0, 1) (NAME.self_equal); IsInf: |x| (or x, or −x) above the dtype's
+        // largest finite number (NAME.abs, NAME.beyond)
+        if (op == "IsNaN")
+            check_attrs({});
+        else
+            check_attrs({"detect_negative", "detect_positive"});
+        const std::string x = materialize(input(0)), name = out_name(0);
+        const auto step = steps_of(name);
+        if (op == "IsNaN") {
+            emit("Where", name, {step("Equal", "self_equal", {x, x}), scalar(name + ".zero", 0), scalar(name + ".one", 1)});
+        } else {
+            const bool neg = attr_int(node, "detect_negative", 1) != 0, pos = attr_int(node, "detect_positive", 1) != 0;
+            const double big = m_options.dtype == DType::f32 ? double(std::numeric_limits<float>::max())
+                                                             : std::numeric_limits<double>::max();
+            if (neg && pos)
+                emit("Greater", name, {step("Abs", "abs", {x}), scalar(name + ".beyond", big)});
+            else if (pos)
+                emit("Greater", name, {x, scalar(name + ".beyond", big)});
+            else if (neg)
+                emit("Less", name, {x, scalar(name + ".beyond", -big)});
+            else  // detects nothing: 0 everywhere
+                emit("Where", name, {step("Equal", "self_equal", {x, x}), scalar(name + ".zero", 0),
+                                     scalar(name + ".zero_too", 0)});
+        }
+        define(out0, name, arg(0).shape, TP::BOOL);
+        m_values[out0].zero_one = true;
+        return;
+    }
+    if (op == "Sum" || op == "Mean") {
+        // variadic with broadcasting: NAME.1, NAME.2, ... the running sum after each further
+        // input; Mean scales the sum by 1/n (NAME.sum)
+        check_attrs({});
+        Shape s = arg(0).shape;
+        for (std::size_t k = 1; k < in.size(); ++k) s = broadcast(s, arg(k).shape, where);
+        if (in.size() == 1) {
+            alias(out0, arg(0));
+            return;
+        }
+        const std::string name = out_name(0);
+        std::string acc = materialize(input(0));
+        for (std::size_t k = 1; k < in.size(); ++k) {
+            const bool last = k + 1 == in.size();
+            const std::string step = last ? (op == "Sum" ? name : unique(name + ".sum"))
+                                          : unique(name + "." + std::to_string(k));
+            emit("Add", step, {acc, materialize(input(k))});
+            acc = step;
+        }
+        if (op == "Mean") emit("Scale", name, {acc}, {{"factor", 1.0 / static_cast<double>(in.size())}});
+        define(out0, name, s, et);
+        return;
+    }
+    if (op == "Softsign") {  // x / (1 + |x|) (NAME.abs, NAME.one_plus)
+        check_attrs({});
+        const std::string x = materialize(input(0)), name = out_name(0);
+        const auto step = steps_of(name);
+        emit("Div", name, {x, step("Add", "one_plus", {step("Abs", "abs", {x}), scalar(name + ".one", 1)})});
+        define(out0, name, arg(0).shape, et);
+        return;
+    }
     if (op == "ReduceSum" || op == "ReduceMean" || op == "ReduceMax" || op == "ReduceMin" || op == "ReduceL1" ||
-        op == "ReduceL2" || op == "ReduceSumSquare") {
+        op == "ReduceL2" || op == "ReduceSumSquare" || op == "ReduceLogSum" || op == "ReduceLogSumExp") {
         check_attrs({"axes", "keepdims", "noop_with_empty_axes"});
         const Value& x = arg(0);
         // axes: an input from opset 13 (ReduceSum) / 18 (the others), an attribute before
@@ -1197,10 +1270,25 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
             alias(out0, x);  // nothing reduced: the input, as ONNX's reference returns it
             return;
         } else {
-            // written out: min = −max(−x), L1 = sum(|x|), sum of squares = sum(x·x), L2 = √ of that
+            // written out: min = −max(−x), L1 = sum(|x|), sum of squares = sum(x·x), L2 = √ of that,
+            // log-sum = log(sum(x)), log-sum-exp = m + log(sum(exp(x − m))) with m = max(x) (kept
+            // dims, then reshaped)
             const auto step = steps_of(name);
             const std::string xn = materialize(input(0));
-            if (op == "ReduceMin") {
+            if (op == "ReduceLogSumExp") {
+                json kept = attrs;
+                kept["keepdims"] = 1;
+                const std::string m = step("ReduceMax", "max", {xn}, kept);
+                const std::string sum = step("ReduceSum", "sum", {step("Exp", "exp", {step("Sub", "shifted", {xn, m})})}, kept);
+                const std::string lse = step("Log", "log_sum", {sum});
+                if (keep) {
+                    emit("Add", name, {lse, m});
+                } else {
+                    reshape_to(step("Add", "kept", {lse, m}), s, name);
+                }
+            } else if (op == "ReduceLogSum") {
+                emit("Log", name, {step("ReduceSum", "sum", {xn}, attrs)});
+            } else if (op == "ReduceMin") {
                 emit("Neg", name, {step("ReduceMax", "max_negated", {step("Neg", "negated", {xn})}, attrs)});
             } else if (op == "ReduceL1") {
                 emit("ReduceSum", name, {step("Abs", "abs", {xn})}, attrs);
@@ -1874,25 +1962,35 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
         define(out0, name, x.shape, et);
         return;
     }
-    if (op == "Softmax") {
+    if (op == "Softmax" || op == "LogSoftmax") {
         check_attrs({"axis"});
         const Value& x = arg(0);
         const std::int64_t def = m_opset < 13 ? 1 : -1;
         const auto axis = normalize(attr_int(node, "axis", def), x.shape.size(), where);
         const std::string name = out_name(0);
-        if (m_opset < 13 && static_cast<std::size_t>(axis) + 1 != x.shape.size()) {
-            // opset < 13 flattens to (outer, inner) around the axis
+        const auto step = steps_of(name);
+        // opset < 13 flattens to (outer, inner) around the axis (NAME.2d, the result NAME.sm)
+        const bool flatten = m_opset < 13 && static_cast<std::size_t>(axis) + 1 != x.shape.size();
+        std::string src = materialize(input(0));
+        if (flatten) {
             std::size_t outer = 1, inner = 1;
             for (std::size_t i = 0; i < x.shape.size(); ++i)
                 (static_cast<std::int64_t>(i) < axis ? outer : inner) *= x.shape[i];
-            reshape_to(x.name, {outer, inner}, name + ".2d");
-            m_used.insert(name + ".2d");
-            emit("Softmax", name + ".sm", {name + ".2d"}, {{"axis", -1}});
-            m_used.insert(name + ".sm");
-            reshape_to(name + ".sm", x.shape, name);
-        } else {
-            emit("Softmax", name, {x.name}, {{"axis", axis}});
+            src = step("Reshape", "2d", {src}, {{"shape", to_i64(Shape{outer, inner})}});
         }
+        const std::int64_t along = flatten ? 1 : axis;
+        const std::string result = flatten ? unique(name + ".sm") : name;
+        if (op == "Softmax") {
+            emit("Softmax", result, {src}, {{"axis", along}});
+        } else {
+            // written out as ONNX's reference computes it: s = x − max(x), s − log(Σ exp(s))
+            // (NAME.max, NAME.shifted, NAME.exp, NAME.sum, NAME.log_sum)
+            const json keep = {{"axes", {along}}, {"keepdims", 1}, {"noop_with_empty_axes", 0}};
+            const std::string shifted = step("Sub", "shifted", {src, step("ReduceMax", "max", {src}, keep)});
+            const std::string sum = step("ReduceSum", "sum", {step("Exp", "exp", {shifted})}, keep);
+            emit("Sub", result, {shifted, step("Log", "log_sum", {sum})});
+        }
+        if (flatten) reshape_to(result, x.shape, name);
         define(out0, name, x.shape, et);
         return;
     }

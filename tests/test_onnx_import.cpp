@@ -1279,6 +1279,151 @@ BOOST_AUTO_TEST_CASE(tile_pad_and_cumsum_match_index_arithmetic_onnx_runtime_and
     for (std::size_t i = 0; i < 6; ++i) BOOST_TEST(dx.at_flat(i) == reads[i], i << ": " << dx.at_flat(i));
 }
 
+// LogSoftmax (opset 18 and, flattened around its axis, opset 12), ReduceLogSumExp,
+// ReduceLogSum, LessOrEqual, GreaterOrEqual, Sum, Mean and Softsign of computed values against
+// their formulas in double and ONNX Runtime; IsNaN, IsInf (each detection) and the comparisons
+// on NaN and ±inf against the formulas
+BOOST_AUTO_TEST_CASE(log_softmax_log_sum_exp_comparisons_sum_mean_and_checks_match_formulas_and_onnx_runtime) {
+    TempDir tmp;
+    const auto build = [&](std::int64_t opset, const std::string& file) {
+        onnx::GraphProto g;
+        add_input(g, "X", {2, 4});
+        add_input(g, "Y", {4});
+        if (opset >= 18) add_init_i64(g, "ax1", {1});
+        add_node(g, "LogSoftmax", {"X"}, {"LS"});
+        attr_int(add_node(g, "LogSoftmax", {"X"}, {"LS0"}), "axis", 0);
+        if (opset >= 18) {
+            attr_int(add_node(g, "ReduceLogSumExp", {"X", "ax1"}, {"LSE"}), "keepdims", 0);
+            add_node(g, "Exp", {"X"}, {"EX"});
+            add_node(g, "ReduceLogSum", {"EX", "ax1"}, {"LOGSUM"});
+        }
+        add_node(g, "LessOrEqual", {"X", "Y"}, {"LE"});
+        add_node(g, "GreaterOrEqual", {"X", "Y"}, {"GE"});
+        add_node(g, "Sum", {"X", "Y", "X"}, {"SUM"});
+        add_node(g, "Mean", {"X", "Y"}, {"MEAN"});
+        add_node(g, "Softsign", {"X"}, {"SS"});
+        add_node(g, "IsNaN", {"X"}, {"NAN"});
+        add_node(g, "IsInf", {"X"}, {"INF"});
+        attr_int(add_node(g, "IsInf", {"X"}, {"PINF"}), "detect_negative", 0);
+        attr_int(add_node(g, "IsInf", {"X"}, {"NINF"}), "detect_positive", 0);
+        std::vector<std::string> outs = {"LS", "LS0", "LE", "GE", "SUM", "MEAN", "SS", "NAN", "INF", "PINF", "NINF"};
+        if (opset >= 18) outs.insert(outs.end(), {"LSE", "LOGSUM"});
+        for (const auto& o : outs) {
+            auto* v = g.add_output();
+            v->set_name(o);
+            const bool boolean = o == "LE" || o == "GE" || o == "NAN" || o == "INF" || o == "PINF" || o == "NINF";
+            v->mutable_type()->mutable_tensor_type()->set_elem_type(boolean ? TP::BOOL : TP::FLOAT);
+        }
+        onnx::ModelProto m = model_of(g);
+        m.mutable_opset_import(0)->set_version(opset);
+        write(m, tmp.path / file);
+        return outs;
+    };
+    const std::vector<float> y = {0.5f, -1.0f, 3.0f, 2.0f};
+    save_npy(tmp.path / "Y.npy", Tensor(Array<float>({y[0], y[1], y[2], y[3]})));
+    const auto check = [&](const std::vector<float>& x, const std::vector<std::string>& outs, const fs::path& trace,
+                           std::int64_t opset) {
+        auto X = [&](std::size_t r, std::size_t c) { return double(x[r * 4 + c]); };
+        for (const auto& o : outs) {
+            const Tensor t = load_npy(trace / (o + ".npy"));
+            const std::size_t n = o == "LSE" || o == "LOGSUM" ? 2 : 8;
+            BOOST_TEST_REQUIRE(t.size() == n, o);
+            for (std::size_t e = 0; e < n; ++e) {
+                const std::size_t r = e / 4, c = e % 4;
+                const double v = X(r, c), yc = y[c];
+                double want = 0;
+                if (o == "LS" || o == "LSE" || o == "LOGSUM") {  // over the row
+                    const std::size_t row = o == "LS" ? r : e;
+                    double mx = -INFINITY, sum = 0;
+                    for (std::size_t k = 0; k < 4; ++k) mx = std::max(mx, X(row, k));
+                    for (std::size_t k = 0; k < 4; ++k) sum += std::exp(X(row, k) - mx);
+                    want = o == "LS" ? v - mx - std::log(sum) : mx + std::log(sum);
+                } else if (o == "LS0" && opset < 13) {  // axis 0 flattens the whole (2x4) into one row
+                    double mx = -INFINITY, sum = 0;
+                    for (float a : x) mx = std::max(mx, double(a));
+                    for (float a : x) sum += std::exp(a - mx);
+                    want = v - mx - std::log(sum);
+                } else if (o == "LS0") {  // over the column
+                    const double mx = std::max(X(0, c), X(1, c));
+                    want = v - mx - std::log(std::exp(X(0, c) - mx) + std::exp(X(1, c) - mx));
+                } else if (o == "LE") {
+                    want = v <= yc;
+                } else if (o == "GE") {
+                    want = v >= yc;
+                } else if (o == "SUM") {
+                    want = 2 * v + yc;
+                } else if (o == "MEAN") {
+                    want = (v + yc) / 2;
+                } else if (o == "SS") {
+                    want = v / (1 + std::fabs(v));
+                } else if (o == "NAN") {
+                    want = std::isnan(v);
+                } else if (o == "INF") {
+                    want = std::isinf(v);
+                } else if (o == "PINF") {
+                    want = std::isinf(v) && v > 0;
+                } else if (o == "NINF") {
+                    want = std::isinf(v) && v < 0;
+                }
+                if (std::isnan(want))
+                    BOOST_TEST(std::isnan(t.at_flat(e)), o << "[" << e << "] = " << t.at_flat(e));
+                else
+                    BOOST_TEST(std::fabs(t.at_flat(e) - want) <= 1e-6 * std::max(1.0, std::fabs(want)),
+                               o << "[" << e << "] = " << t.at_flat(e) << ", want " << want);
+            }
+        }
+    };
+    // finite values, ties with Y among them: against the formulas and ONNX Runtime, both opsets
+    const std::vector<float> x = {-3.0f, -1.0f, 3.0f, 7.5f, 0.5f, 2.0f, -0.25f, 2.0f};
+    save_npy(tmp.path / "X.npy", Tensor(Array<float>({{x[0], x[1], x[2], x[3]}, {x[4], x[5], x[6], x[7]}})));
+    for (const std::int64_t opset : {18, 12}) {
+        const std::string file = "m" + std::to_string(opset) + ".onnx", trace = "t" + std::to_string(opset);
+        const auto outs = build(opset, file);
+        const CliResult r = run_cli("run " + file + " --input X=X.npy --input Y=Y.npy --trace " + trace, tmp.path);
+        BOOST_TEST_REQUIRE(r.code == 0, r.err);
+        check(x, outs, tmp.path / trace, opset);
+        const OrtCheck ort = ort_check(tmp.path / file, tmp.path / trace, "1e-6");
+        BOOST_TEST(ort.status == 0, ort.report);
+        BOOST_TEST(ort.lines() == static_cast<long>(outs.size()), ort.report);
+    }
+    // NaN and ±inf: the checks and the comparisons (NaN compares false)
+    const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+    const std::vector<float> odd = {nan, inf, -inf, 2.0f, 1.0f, -inf, nan, 3.0e38f};
+    save_npy(tmp.path / "odd.npy",
+             Tensor(Array<float>({{odd[0], odd[1], odd[2], odd[3]}, {odd[4], odd[5], odd[6], odd[7]}})));
+    const CliResult r = run_cli("run m18.onnx --input X=odd.npy --input Y=Y.npy --trace odd", tmp.path);
+    BOOST_TEST_REQUIRE(r.code == 0, r.err);
+    check(odd, {"NAN", "INF", "PINF", "NINF", "LE", "GE"}, tmp.path / "odd", 18);
+}
+
+// d/dx of sum(LogSoftmax(x)) + sum(ReduceLogSumExp(x)) over rows of 4: 1 − 4·softmax + softmax
+BOOST_AUTO_TEST_CASE(log_softmax_and_log_sum_exp_differentiate) {
+    TempDir tmp;
+    onnx::GraphProto g;
+    add_input(g, "X", {2, 4});
+    add_init_i64(g, "ax1", {1});
+    add_node(g, "LogSoftmax", {"X"}, {"LS"});
+    attr_int(add_node(g, "ReduceLogSumExp", {"X", "ax1"}, {"LSE"}), "keepdims", 0);
+    add_output(g, "LS");
+    add_output(g, "LSE");
+    onnx::ModelProto m = model_of(g);
+    m.mutable_opset_import(0)->set_version(18);
+    write(m, tmp.path / "ls.onnx");
+    const std::vector<float> x = {-3.0f, -1.0f, 3.0f, 7.5f, 0.5f, 2.0f, -0.25f, 2.0f};
+    save_npy(tmp.path / "X.npy", Tensor(Array<float>({{x[0], x[1], x[2], x[3]}, {x[4], x[5], x[6], x[7]}})));
+    const CliResult r = run_cli("grad ls.onnx --input X=X.npy --wrt X --trace g", tmp.path);
+    BOOST_TEST_REQUIRE(r.code == 0, r.err);
+    const Tensor dx = load_npy(grad_file(tmp.path / "g", "X"));
+    for (std::size_t row = 0; row < 2; ++row) {
+        double sum = 0;
+        for (std::size_t k = 0; k < 4; ++k) sum += std::exp(double(x[row * 4 + k]));
+        for (std::size_t k = 0; k < 4; ++k) {
+            const double softmax = std::exp(double(x[row * 4 + k])) / sum, want = 1 - 3 * softmax;
+            BOOST_TEST(std::fabs(dx.at_flat(row * 4 + k) - want) <= 1e-6, row << "," << k << ": " << dx.at_flat(row * 4 + k));
+        }
+    }
+}
+
 // CumSum of constants folds at import (position ids from a constant mask), summed in order
 BOOST_AUTO_TEST_CASE(cumsum_of_constants_folds) {
     TempDir tmp;
