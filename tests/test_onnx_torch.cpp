@@ -180,12 +180,13 @@ BOOST_AUTO_TEST_CASE(attention_written_with_einsum_runs_and_differentiates_like_
 
 BOOST_AUTO_TEST_CASE(ops_written_out_at_import_run_and_differentiate_like_pytorch) {
     // hardsigmoid, hardswish, elu, selu, celu, mish, PReLU, F.pad (reflect, replicate, a
-    // constant pad cropping a column), repeat, cumsum, 2- and 1-norm and amin, exported at
-    // opset 17, each written out with attngraph's ops at import (docs/onnx.md)
+    // constant pad cropping a column), repeat, cumsum, 2- and 1-norm, amin, logsumexp,
+    // log_softmax, softsign and <=, exported at opset 17, each written out with attngraph's ops
+    // at import (docs/onnx.md)
     Exported ex;
     run_and_grad_like_torch(ex, "written_out", {"x"}, "x");
-    // the exported ops, by the steps the import writes for them (torch 1.13 writes mish and the
-    // 2-norm out itself: Softplus, Tanh, Mul; Mul, ReduceSum, Sqrt)
+    // the exported ops, by the steps the import writes for them (torch 1.13 writes mish, the
+    // 2-norm and softsign out itself: Softplus, Tanh, Mul; Mul, ReduceSum, Sqrt; Abs, Add, Div)
     const nlohmann::json manifest = nlohmann::json::parse(slurp(ex.tmp.path / "t" / "manifest.json"));
     std::set<std::string> suffixes;
     for (const auto& e : manifest["entries"]) {
@@ -194,7 +195,7 @@ BOOST_AUTO_TEST_CASE(ops_written_out_at_import_run_and_differentiate_like_pytorc
         if (dot != std::string::npos) suffixes.insert(name.substr(dot + 1));
     }
     for (const char* step : {"gate", "alpha_expm1", "gamma_below", "over_alpha", "negative", "padded_axis1", "expanded",
-                             "triangle", "abs", "max_negated"})
+                             "triangle", "abs", "max_negated", "log_sum", "equal"})
         BOOST_TEST(suffixes.count(step) == 1u, step);
 }
 

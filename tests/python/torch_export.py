@@ -29,7 +29,8 @@ usage: python3 torch_export.py OUT_DIR
   OUT_DIR/written_out.onnx, written_out_x.npy, written_out_y.npy, written_out_dx.npy
                                                     hardsigmoid, hardswish, elu, selu, celu, mish,
                                                     PReLU, F.pad (reflect, replicate, constant),
-                                                    repeat, cumsum, norms and amin after a Linear;
+                                                    repeat, cumsum, norms, amin, logsumexp,
+                                                    log_softmax, softsign, <= after a Linear;
                                                     dx: d sum(Y) / dx
 """
 import sys
@@ -251,7 +252,8 @@ export_with("einsum", EinsumAttention(), {"x": torch.randn(2, 5, 8)}, grad_of="x
 class WrittenOut(torch.nn.Module):
     """The ops attngraph writes out at import with its own ops: hardsigmoid, hardswish, elu,
     selu, celu, mish, PReLU, F.pad (reflect, replicate, a constant one that crops a column),
-    repeat (Tile), cumsum, 2- and 1-norms (ReduceL2, ReduceL1) and amin (ReduceMin)."""
+    repeat (Tile), cumsum, 2- and 1-norms (ReduceL2, ReduceL1), amin (ReduceMin), logsumexp,
+    log_softmax, softsign and a comparison (LessOrEqual)."""
 
     def __init__(self, d=6):
         super().__init__()
@@ -267,8 +269,9 @@ class WrittenOut(torch.nn.Module):
         edge = F.pad(h[None], (2, 1), mode="replicate")[0]
         crop = F.pad(h, (-1, 4), value=0.5)
         norms = torch.cat([h.norm(dim=1, keepdim=True), h.norm(p=1, dim=1, keepdim=True),
-                           h.amin(dim=1, keepdim=True)], dim=1)
-        return torch.cat([a, reflect, edge, crop, h.repeat(1, 2), torch.cumsum(h, 1), norms], dim=1)
+                           h.amin(dim=1, keepdim=True), torch.logsumexp(h, dim=1, keepdim=True)], dim=1)
+        picked = torch.where(h <= 0.1, h, 2 * h) + F.log_softmax(h, dim=1) + F.softsign(h)
+        return torch.cat([a, reflect, edge, crop, h.repeat(1, 2), torch.cumsum(h, 1), norms, picked], dim=1)
 
 
 export_with("written_out", WrittenOut(), {"x": torch.randn(3, 6)}, grad_of="x")
