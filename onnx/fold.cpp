@@ -141,9 +141,10 @@ std::string shape_text(const I64& shape) {
     return text;
 }
 
-I64 ints_of(const OnnxTensor& t) {
+I64 ints_of(const OnnxTensor& t, const std::string& where) {
     I64 out;
     for (double v : t.values) {
+        if (std::isnan(v)) throw ShapeError(where + ": a NaN where an integer is expected");
         if (v >= 9.2e18)
             out.push_back(std::numeric_limits<std::int64_t>::max());
         else if (v <= -9.2e18)
@@ -354,6 +355,9 @@ std::vector<OnnxTensor> fold(const onnx::NodeProto& node, const std::vector<cons
         std::vector<double> v;
         for (std::size_t o = 0; o < outer; ++o)
             for (double jd : idx.values) {
+                if (!(std::fabs(jd) < 9.2e18))  // NaN or beyond int64: out of range, without UB
+                    throw ShapeError(where + ": index " + std::to_string(jd) + " is out of range for axis of length " +
+                                     std::to_string(len));
                 auto j = static_cast<std::int64_t>(jd);
                 if (j < 0) j += len;
                 if (j < 0 || j >= len)
@@ -367,7 +371,7 @@ std::vector<OnnxTensor> fold(const onnx::NodeProto& node, const std::vector<cons
     }
     if (op == "Unsqueeze" || op == "Squeeze") {
         const auto& x = arg(0);
-        const I64 axes = has(1) ? ints_of(arg(1)) : attr_ints(node, "axes");
+        const I64 axes = has(1) ? ints_of(arg(1), where) : attr_ints(node, "axes");
         I64 shape;
         if (op == "Unsqueeze") {
             const std::size_t r = x.shape.size() + axes.size();
@@ -423,7 +427,7 @@ std::vector<OnnxTensor> fold(const onnx::NodeProto& node, const std::vector<cons
         return {make(first.elem_type, shape, v)};
     }
     if (op == "ConstantOfShape") {
-        const I64 shape = ints_of(arg(0));
+        const I64 shape = ints_of(arg(0), where);
         for (auto d : shape)
             if (d < 0) throw ShapeError(where + ": negative dimension " + std::to_string(d));
         check_size(shape);
@@ -486,7 +490,7 @@ std::vector<OnnxTensor> fold(const onnx::NodeProto& node, const std::vector<cons
     }
     if (op == "Reshape") {
         const auto& x = arg(0);
-        I64 shape = ints_of(arg(1));
+        I64 shape = ints_of(arg(1), where);
         const bool allowzero = attr_int(node, "allowzero", 0) != 0;
         std::int64_t known = 1;
         int minus = -1;
@@ -530,10 +534,10 @@ std::vector<OnnxTensor> fold(const onnx::NodeProto& node, const std::vector<cons
             ends = attr_ints(node, "ends");
             axes = attr_ints(node, "axes");
         } else {
-            starts = ints_of(arg(1));
-            ends = ints_of(arg(2));
-            if (has(3)) axes = ints_of(arg(3));
-            if (has(4)) steps = ints_of(arg(4));
+            starts = ints_of(arg(1), where);
+            ends = ints_of(arg(2), where);
+            if (has(3)) axes = ints_of(arg(3), where);
+            if (has(4)) steps = ints_of(arg(4), where);
         }
         if (axes.empty())
             for (std::size_t i = 0; i < starts.size(); ++i) axes.push_back(static_cast<std::int64_t>(i));
@@ -575,7 +579,7 @@ std::vector<OnnxTensor> fold(const onnx::NodeProto& node, const std::vector<cons
         const auto& x = arg(0);
         if (x.shape.empty()) throw ShapeError(where + ": cannot split a scalar");
         const auto axis = static_cast<std::size_t>(norm_axis(attr_int(node, "axis", 0), x.shape.size(), where));
-        I64 sizes = has(1) ? ints_of(arg(1)) : attr_ints(node, "split");
+        I64 sizes = has(1) ? ints_of(arg(1), where) : attr_ints(node, "split");
         const std::int64_t len = x.shape[axis], outputs = node.output_size();
         if (sizes.empty()) {
             const std::int64_t parts = attr_int(node, "num_outputs", outputs);
@@ -623,13 +627,15 @@ std::vector<OnnxTensor> fold(const onnx::NodeProto& node, const std::vector<cons
         return {make(arg(1).elem_type, s, v)};
     }
     if (op == "Expand") {
-        const I64 s = broadcast_shapes(arg(0).shape, ints_of(arg(1)), where);
+        const I64 s = broadcast_shapes(arg(0).shape, ints_of(arg(1), where), where);
         check_size(s);
         return {make(arg(0).elem_type, s, broadcast_to(arg(0), s))};
     }
     if (op == "Trilu") {
         const auto& x = arg(0);
-        const std::int64_t k = has(1) ? static_cast<std::int64_t>(arg(1).values.at(0)) : 0;
+        const I64 kv = has(1) ? ints_of(arg(1), where) : I64{0};
+        if (kv.size() != 1) throw ShapeError(where + ": Trilu's k is not one number");
+        const std::int64_t k = kv[0];
         const bool upper = attr_int(node, "upper", 1) != 0;
         if (x.shape.size() < 2) throw ShapeError(where + ": Trilu needs rank 2 or more");
         const auto rows = x.shape[x.shape.size() - 2], cols = x.shape.back();
@@ -643,10 +649,10 @@ std::vector<OnnxTensor> fold(const onnx::NodeProto& node, const std::vector<cons
     }
     if (op == "CumSum") {  // (position ids made from a constant mask), summed in order in double
         const auto& x = arg(0);
-        if (arg(1).values.size() != 1) throw ShapeError(where + ": CumSum's axis is not one number");
+        const I64 axis_value = ints_of(arg(1), where);
+        if (axis_value.size() != 1) throw ShapeError(where + ": CumSum's axis is not one number");
         if (x.shape.empty()) throw ShapeError(where + ": CumSum needs rank 1 or more");
-        const auto axis = static_cast<std::size_t>(norm_axis(static_cast<std::int64_t>(arg(1).values[0]),
-                                                             x.shape.size(), where));
+        const auto axis = static_cast<std::size_t>(norm_axis(axis_value[0], x.shape.size(), where));
         const bool exclusive = attr_int(node, "exclusive", 0) != 0, reverse = attr_int(node, "reverse", 0) != 0;
         const std::size_t len = static_cast<std::size_t>(x.shape[axis]), step = strides_of(x.shape)[axis];
         OnnxTensor t = x;
@@ -665,7 +671,7 @@ std::vector<OnnxTensor> fold(const onnx::NodeProto& node, const std::vector<cons
     }
     if (op.rfind("Reduce", 0) == 0) {
         const auto& x = arg(0);
-        I64 axes = (has(1) && opset >= 13) ? ints_of(arg(1)) : attr_ints(node, "axes");
+        I64 axes = (has(1) && opset >= 13) ? ints_of(arg(1), where) : attr_ints(node, "axes");
         const bool keep = attr_int(node, "keepdims", 1) != 0;
         if (axes.empty()) {
             if (attr_int(node, "noop_with_empty_axes", 0)) return {x};

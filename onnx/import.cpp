@@ -714,21 +714,6 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
         (void)arg(i);
         return node.input(static_cast<int>(i));
     };
-    auto const_ints = [&](std::size_t i, const std::string& what) {
-        const Value& v = arg(i);
-        if (!v.is_const)
-            throw ShapeError(
-                where + ": " + what + " '" + node.input(static_cast<int>(i)) +
-                "' is computed from the graph's inputs, not a constant: its value cannot be resolved statically");
-        std::vector<std::int64_t> out;
-        for (double d : v.c.values)
-            out.push_back(d >= 9.2e18 ? INT64_MAX : d <= -9.2e18 ? INT64_MIN : static_cast<std::int64_t>(d));
-        return out;
-    };
-    auto out_name = [&](int k) {
-        return unique(sanitize_onnx_name(node.output(k).empty() ? node_name : node.output(k)));
-    };
-    const std::string out0 = node.output_size() ? node.output(0) : "";
     // "(3x4x5), (5)": the shapes of the node's inputs, for errors
     auto shapes_text = [&]() {
         std::string t;
@@ -740,6 +725,25 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
         }
         return t;
     };
+    auto const_ints = [&](std::size_t i, const std::string& what) {
+        const Value& v = arg(i);
+        if (!v.is_const)
+            throw ShapeError(
+                where + ": " + what + " '" + node.input(static_cast<int>(i)) +
+                "' is computed from the graph's inputs, not a constant: its value cannot be resolved statically");
+        std::vector<std::int64_t> out;
+        for (double d : v.c.values) {
+            if (std::isnan(d))
+                throw ShapeError(where + ": " + what + " '" + node.input(static_cast<int>(i)) +
+                                 "' holds NaN where an integer is expected; shapes " + shapes_text());
+            out.push_back(d >= 9.2e18 ? INT64_MAX : d <= -9.2e18 ? INT64_MIN : static_cast<std::int64_t>(d));
+        }
+        return out;
+    };
+    auto out_name = [&](int k) {
+        return unique(sanitize_onnx_name(node.output(k).empty() ? node_name : node.output(k)));
+    };
+    const std::string out0 = node.output_size() ? node.output(0) : "";
     // an attribute the mapping does not read is refused, never ignored
     auto check_attrs = [&](std::initializer_list<const char*> known) {
         for (const auto& a : node.attribute())

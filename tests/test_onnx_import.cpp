@@ -1501,6 +1501,22 @@ BOOST_AUTO_TEST_CASE(bad_tile_pad_cumsum_prelu_nodes_give_one_error_line) {
     expect_one_error(tmp, "check prelu.onnx",
                      "prelu.onnx: node '/act' (PRelu): slope does not broadcast to x's shape (PRelu's slope "
                      "stretches to x, one way); shapes (2x3), (2)");
+    // a NaN where an integer is expected, in a computed node and in a folded one (a cast to
+    // int64 of NaN is undefined behaviour)
+    model("nan_axis.onnx", [](onnx::GraphProto& g) {
+        add_init(g, "nan", {}, {std::numeric_limits<float>::quiet_NaN()});
+        add_node(g, "CumSum", {"X", "nan"}, {"Y"}, "/cs");
+    });
+    expect_one_error(tmp, "check nan_axis.onnx",
+                     "nan_axis.onnx: node '/cs' (CumSum): axis 'nan' holds NaN where an integer is expected; shapes "
+                     "(2x3), ()");
+    model("nan_fold.onnx", [](onnx::GraphProto& g) {
+        add_init(g, "nan", {}, {std::numeric_limits<float>::quiet_NaN()});
+        add_node(g, "CumSum", {"pair", "nan"}, {"C"}, "/cs");
+        add_node(g, "Add", {"X", "C"}, {"Y"});
+    });
+    expect_one_error(tmp, "check nan_fold.onnx",
+                     "nan_fold.onnx: node '/cs' (CumSum): a NaN where an integer is expected");
     model("cumsum.onnx", [](onnx::GraphProto& g) { add_node(g, "CumSum", {"X", "X"}, {"Y"}, "/cs"); });
     expect_one_error(tmp, "check cumsum.onnx",
                      "cumsum.onnx: node '/cs' (CumSum): axis 'X' is computed from the graph's inputs, not a "
