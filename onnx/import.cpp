@@ -1326,8 +1326,10 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
         const auto axis = static_cast<std::size_t>(normalize(attr_int(node, "axis", 0), x.shape.size(), where));
         if (idx.is_const)
             for (double i : idx.c.values)
-                if (i < -static_cast<double>(x.shape[axis]) || i >= static_cast<double>(x.shape[axis]))
-                    throw ShapeError(where + ": index " + std::to_string(static_cast<std::int64_t>(i)) +
+                if (!(i >= -static_cast<double>(x.shape[axis]) && i < static_cast<double>(x.shape[axis])))  // NaN too
+                    throw ShapeError(where + ": index " +
+                                     (std::isnan(i) ? std::string("NaN") : std::to_string(static_cast<std::int64_t>(
+                                                                               std::clamp(i, -9.2e18, 9.2e18)))) +
                                      " is out of range for axis " + std::to_string(axis) + "; shapes " + shapes_text());
         Shape s(x.shape.begin(), x.shape.begin() + static_cast<std::ptrdiff_t>(axis));
         s.insert(s.end(), idx.shape.begin(), idx.shape.end());
