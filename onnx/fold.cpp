@@ -546,8 +546,11 @@ std::vector<OnnxTensor> fold(const onnx::NodeProto& node, const std::vector<cons
         I64 begin(r, 0), step(r, 1), shape = x.shape;
         for (std::size_t k = 0; k < axes.size(); ++k) {
             const auto ax = static_cast<std::size_t>(norm_axis(axes[k], r, where));
-            const std::int64_t len = x.shape[ax], st = steps.at(k);
-            if (st == 0) throw ShapeError(where + ": step 0");
+            const std::int64_t len = x.shape[ax];
+            if (steps.at(k) == 0) throw ShapeError(where + ": step 0");
+            // a step longer than the axis picks one element: bounded, so that −st and the
+            // counts below cannot overflow (a step of INT64_MIN did)
+            const std::int64_t st = std::clamp<std::int64_t>(steps.at(k), -len - 1, len + 1);
             auto clamp = [&](std::int64_t v, bool is_start) {
                 if (v < 0) v = v < -len ? -1 : v + len;  // below: -1 means "before the first"
                 if (st > 0) return std::clamp<std::int64_t>(v < 0 ? 0 : v, 0, len);
