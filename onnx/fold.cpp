@@ -301,8 +301,8 @@ std::vector<OnnxTensor> fold(const onnx::NodeProto& node, const std::vector<cons
             if (k) text += 'x';
             text += std::to_string(shape[k]);
         }
-        throw ShapeError(where + ": output '" + (node.output_size() ? node.output(0) : std::string()) +
-                         "' of shape (" + text + ") has " + (n == SIZE_MAX ? "too many" : std::to_string(n)) +
+        throw ShapeError(where + ": output '" + (node.output_size() ? node.output(0) : std::string()) + "' of shape (" +
+                         text + ") has " + (n == SIZE_MAX ? "too many" : std::to_string(n)) +
                          " elements, over the limit of " + std::to_string(max_count) +
                          (max_elements ? " (--max-memory)" : ""));
     };

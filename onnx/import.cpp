@@ -389,8 +389,8 @@ public:
             throw GraphError(m_where + ": the model imports no opset of the default ONNX domain ('' or 'ai.onnx')");
         if (m_opset < 1 || m_opset > max_opset)
             throw GraphError(m_where + ": opset " + std::to_string(m_opset) +
-                             " of the default ONNX domain is not supported (opsets 1 to " +
-                             std::to_string(max_opset) + ")");
+                             " of the default ONNX domain is not supported (opsets 1 to " + std::to_string(max_opset) +
+                             ")");
         const auto& g = model.graph();
         m_out.graph = {{"name", sanitize_onnx_name(g.name().empty() ? m_path.stem().string() : g.name())},
                        {"dtype", to_string(m_options.dtype)},
@@ -836,9 +836,9 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
         const std::size_t count = element_count_capped(shape);
         if (count > limit)
             throw ShapeError(where + ": " + what + " of shape (" + shape_str(shape) + ") has " +
-                             (count == SIZE_MAX ? "too many" : std::to_string(count)) + " elements, over the limit of " +
-                             std::to_string(limit) + (m_reader.max_elements ? " (--max-memory)" : "") + "; shapes " +
-                             shapes_text());
+                             (count == SIZE_MAX ? "too many" : std::to_string(count)) +
+                             " elements, over the limit of " + std::to_string(limit) +
+                             (m_reader.max_elements ? " (--max-memory)" : "") + "; shapes " + shapes_text());
     };
     // an output with an empty axis is a zero-size constant, which may be a graph output but no
     // op's input (materialize refuses it there)
@@ -937,9 +937,9 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
         define(out0, name, s, et);
         // a product of 0/1 values (a logical and) is 0/1
         auto zero_one = [](const Value& x) {
-            return x.is_const ? std::all_of(x.c.values.begin(), x.c.values.end(),
-                                            [](double e) { return e == 0 || e == 1; })
-                              : x.zero_one;
+            return x.is_const
+                       ? std::all_of(x.c.values.begin(), x.c.values.end(), [](double e) { return e == 0 || e == 1; })
+                       : x.zero_one;
         };
         if (op == "Mul" && zero_one(a) && zero_one(b)) m_values[out0].zero_one = true;
         return;
@@ -1055,8 +1055,9 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
     if (op == "PRelu") {  // x where x >= 0, slope·x where x < 0; slope broadcasts to x's shape
         check_attrs({});
         if (!broadcasts_to(arg(1).shape, arg(0).shape))
-            throw ShapeError(where + ": slope does not broadcast to x's shape (PRelu's slope stretches to x, one "
-                                     "way); shapes " +
+            throw ShapeError(where +
+                             ": slope does not broadcast to x's shape (PRelu's slope stretches to x, one "
+                             "way); shapes " +
                              shapes_text());
         const std::string x = materialize(input(0)), name = out_name(0);
         const auto step = steps_of(name);
@@ -1197,7 +1198,8 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
         const std::string x = materialize(input(0)), name = out_name(0);
         const auto step = steps_of(name);
         if (op == "IsNaN") {
-            emit("Where", name, {step("Equal", "self_equal", {x, x}), scalar(name + ".zero", 0), scalar(name + ".one", 1)});
+            emit("Where", name,
+                 {step("Equal", "self_equal", {x, x}), scalar(name + ".zero", 0), scalar(name + ".one", 1)});
         } else {
             const bool neg = attr_int(node, "detect_negative", 1) != 0, pos = attr_int(node, "detect_positive", 1) != 0;
             const double big = m_options.dtype == DType::f32 ? double(std::numeric_limits<float>::max())
@@ -1209,8 +1211,8 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
             else if (neg)
                 emit("Less", name, {x, scalar(name + ".beyond", -big)});
             else  // detects nothing: 0 everywhere
-                emit("Where", name, {step("Equal", "self_equal", {x, x}), scalar(name + ".zero", 0),
-                                     scalar(name + ".zero_too", 0)});
+                emit("Where", name,
+                     {step("Equal", "self_equal", {x, x}), scalar(name + ".zero", 0), scalar(name + ".zero_too", 0)});
         }
         define(out0, name, arg(0).shape, TP::BOOL);
         m_values[out0].zero_one = true;
@@ -1230,8 +1232,8 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
         std::string acc = materialize(input(0));
         for (std::size_t k = 1; k < in.size(); ++k) {
             const bool last = k + 1 == in.size();
-            const std::string step = last ? (op == "Sum" ? name : unique(name + ".sum"))
-                                          : unique(name + "." + std::to_string(k));
+            const std::string step =
+                last ? (op == "Sum" ? name : unique(name + ".sum")) : unique(name + "." + std::to_string(k));
             emit("Add", step, {acc, materialize(input(k))});
             acc = step;
         }
@@ -1283,7 +1285,8 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
                 json kept = attrs;
                 kept["keepdims"] = 1;
                 const std::string m = step("ReduceMax", "max", {xn}, kept);
-                const std::string sum = step("ReduceSum", "sum", {step("Exp", "exp", {step("Sub", "shifted", {xn, m})})}, kept);
+                const std::string sum =
+                    step("ReduceSum", "sum", {step("Exp", "exp", {step("Sub", "shifted", {xn, m})})}, kept);
                 const std::string lse = step("Log", "log_sum", {sum});
                 if (keep) {
                     emit("Add", name, {lse, m});
@@ -1328,8 +1331,9 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
             for (double i : idx.c.values)
                 if (!(i >= -static_cast<double>(x.shape[axis]) && i < static_cast<double>(x.shape[axis])))  // NaN too
                     throw ShapeError(where + ": index " +
-                                     (std::isnan(i) ? std::string("NaN") : std::to_string(static_cast<std::int64_t>(
-                                                                               std::clamp(i, -9.2e18, 9.2e18)))) +
+                                     (std::isnan(i)
+                                          ? std::string("NaN")
+                                          : std::to_string(static_cast<std::int64_t>(std::clamp(i, -9.2e18, 9.2e18)))) +
                                      " is out of range for axis " + std::to_string(axis) + "; shapes " + shapes_text());
         Shape s(x.shape.begin(), x.shape.begin() + static_cast<std::ptrdiff_t>(axis));
         s.insert(s.end(), idx.shape.begin(), idx.shape.end());
@@ -1389,8 +1393,7 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
         if (has(3)) a.mask_type = arg(3).elem_type == TP::BOOL ? "boolean" : "additive";
         std::vector<std::optional<onnx_import::AttentionOperand>> operands(6);
         for (std::size_t i = 0; i < 6; ++i)
-            if (has(i))
-                operands[i] = onnx_import::AttentionOperand{materialize(input(i)), arg(i).shape};
+            if (has(i)) operands[i] = onnx_import::AttentionOperand{materialize(input(i)), arg(i).shape};
         for (const auto& o : operands)  // the expansion holds each operand once (zeros) while it builds
             if (o &&
                 element_count_capped(o->shape) > (m_reader.max_elements ? m_reader.max_elements : std::size_t(1) << 31))
@@ -1667,7 +1670,8 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
                 throw ShapeError(where + ": num_outputs " + std::to_string(parts) + " cannot split axis " +
                                  std::to_string(axis) + " of (" + shape_str(x.shape) + ") into non-empty pieces");
             const std::int64_t piece = (len + parts - 1) / parts;
-            for (std::int64_t k = 0; k < parts && k * piece < len; ++k) sizes.push_back(std::min(piece, len - k * piece));
+            for (std::int64_t k = 0; k < parts && k * piece < len; ++k)
+                sizes.push_back(std::min(piece, len - k * piece));
         }
         std::int64_t total = 0;
         for (auto s : sizes) {
@@ -1823,8 +1827,8 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
         if (m_opset >= 11 && has(2)) {
             const Value& c = arg(2);
             if (!c.is_const || c.c.values.size() != 1)
-                throw ShapeError(where + ": constant_value '" + node.input(2) +
-                                 "' is not a constant number; shapes " + shapes_text());
+                throw ShapeError(where + ": constant_value '" + node.input(2) + "' is not a constant number; shapes " +
+                                 shapes_text());
             value = c.c.values[0];
         }
         std::vector<std::int64_t> axes;
@@ -1849,8 +1853,9 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
                                  std::to_string(ax) + " of length " + std::to_string(len) +
                                  " are out of range; shapes " + shapes_text());
             if (len == 0 && mode != "constant" && (b > 0 || e > 0))
-                throw ShapeError(where + ": axis " + std::to_string(ax) + " is empty: there is nothing to pad it with in mode '" +
-                                 mode + "'; shapes " + shapes_text());
+                throw ShapeError(where + ": axis " + std::to_string(ax) +
+                                 " is empty: there is nothing to pad it with in mode '" + mode + "'; shapes " +
+                                 shapes_text());
             padded_shape[ax] = static_cast<std::size_t>(len + b + e);
         }
         check_size(padded_shape, "the output");  // (the constant blocks and indices are smaller)
@@ -1937,8 +1942,7 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
         const Value& x = arg(0);
         const std::vector<std::int64_t> axis_value = const_ints(1, "axis");
         if (axis_value.size() != 1 || x.shape.empty())
-            throw ShapeError(where + ": CumSum takes a tensor of rank 1 or more and one axis; shapes " +
-                             shapes_text());
+            throw ShapeError(where + ": CumSum takes a tensor of rank 1 or more and one axis; shapes " + shapes_text());
         const auto ax = static_cast<std::size_t>(normalize(axis_value[0], x.shape.size(), where));
         const bool exclusive = attr_int(node, "exclusive", 0) != 0, reverse = attr_int(node, "reverse", 0) != 0;
         const std::size_t len = x.shape[ax], rank = x.shape.size();
@@ -1961,7 +1965,8 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
             for (std::size_t i = 0; i < rank; ++i)
                 if (i != ax) perm.push_back(static_cast<std::int64_t>(i));
             perm.push_back(static_cast<std::int64_t>(ax));
-            for (std::size_t i = 0; i < rank; ++i) back[static_cast<std::size_t>(perm[i])] = static_cast<std::int64_t>(i);
+            for (std::size_t i = 0; i < rank; ++i)
+                back[static_cast<std::size_t>(perm[i])] = static_cast<std::int64_t>(i);
             const std::string moved = step("Transpose", "moved", {xn}, {{"perm", perm}});
             emit("Transpose", name, {step("MatMul", "sums", {moved, triangle})}, {{"perm", back}});
         }
@@ -1991,7 +1996,7 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
         } else {
             // written out as ONNX's reference computes it: s = x − max(x), s − log(Σ exp(s))
             // (NAME.max, NAME.shifted, NAME.exp, NAME.sum, NAME.log_sum)
-            const json keep = {{"axes", {along}}, {"keepdims", 1}, {"noop_with_empty_axes", 0}};
+            const json keep = {{"axes", json::array({along})}, {"keepdims", 1}, {"noop_with_empty_axes", 0}};
             const std::string shifted = step("Sub", "shifted", {src, step("ReduceMax", "max", {src}, keep)});
             const std::string sum = step("ReduceSum", "sum", {step("Exp", "exp", {shifted})}, keep);
             emit("Sub", result, {shifted, step("Log", "log_sum", {sum})});

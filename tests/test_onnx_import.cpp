@@ -1419,7 +1419,8 @@ BOOST_AUTO_TEST_CASE(log_softmax_and_log_sum_exp_differentiate) {
         for (std::size_t k = 0; k < 4; ++k) sum += std::exp(double(x[row * 4 + k]));
         for (std::size_t k = 0; k < 4; ++k) {
             const double softmax = std::exp(double(x[row * 4 + k])) / sum, want = 1 - 3 * softmax;
-            BOOST_TEST(std::fabs(dx.at_flat(row * 4 + k) - want) <= 1e-6, row << "," << k << ": " << dx.at_flat(row * 4 + k));
+            BOOST_TEST(std::fabs(dx.at_flat(row * 4 + k) - want) <= 1e-6,
+                       row << "," << k << ": " << dx.at_flat(row * 4 + k));
         }
     }
 }
@@ -1468,8 +1469,9 @@ BOOST_AUTO_TEST_CASE(bad_tile_pad_cumsum_prelu_nodes_give_one_error_line) {
     model("wrap.onnx", [](onnx::GraphProto& g) {
         attr_string(add_node(g, "Pad", {"X", "pads"}, {"Y"}, "/pad"), "mode", "wrap");
     });
-    expect_one_error(tmp, "check wrap.onnx",
-                     "wrap.onnx: node '/pad' (Pad): mode 'wrap' is not one of constant, edge, reflect; shapes (2x3), (4)");
+    expect_one_error(
+        tmp, "check wrap.onnx",
+        "wrap.onnx: node '/pad' (Pad): mode 'wrap' is not one of constant, edge, reflect; shapes (2x3), (4)");
     model("reflect.onnx", [](onnx::GraphProto& g) {
         attr_string(add_node(g, "Pad", {"X", "pads"}, {"Y"}, "/pad"), "mode", "reflect");
     });
