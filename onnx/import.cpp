@@ -1116,9 +1116,10 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
         define(out0, name, arg(0).shape, et);
         return;
     }
-    if (op == "Max" || op == "Min") {
-        // variadic with broadcasting: a chain of attngraph's binary op, NAME.1, NAME.2, ... the
-        // running result after each further input, NAME the last
+    if (op == "Max" || op == "Min" || op == "Sum" || op == "Mean") {
+        // variadic with broadcasting: a chain of attngraph's binary op (Add for Sum and Mean),
+        // NAME.1, NAME.2, ... the running result after each further input, NAME the last;
+        // Mean's last sum is NAME.sum, scaled by 1/n into NAME
         check_attrs({});
         const Value& first = arg(0);
         Shape s = first.shape;
@@ -1127,13 +1128,17 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
             alias(out0, first);
             return;
         }
+        const std::string binary = op == "Sum" || op == "Mean" ? "Add" : op;
         const std::string name = out_name(0);
         std::string acc = materialize(input(0));
         for (std::size_t k = 1; k < in.size(); ++k) {
-            const std::string step = k + 1 == in.size() ? name : unique(name + "." + std::to_string(k));
-            emit(op, step, {acc, materialize(input(k))});
+            const std::string step = k + 1 < in.size() ? unique(name + "." + std::to_string(k))
+                                     : op == "Mean"    ? unique(name + ".sum")
+                                                       : name;
+            emit(binary, step, {acc, materialize(input(k))});
             acc = step;
         }
+        if (op == "Mean") emit("Scale", name, {acc}, {{"factor", 1.0 / static_cast<double>(in.size())}});
         define(out0, name, s, et);
         return;
     }
@@ -1216,29 +1221,6 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
         }
         define(out0, name, arg(0).shape, TP::BOOL);
         m_values[out0].zero_one = true;
-        return;
-    }
-    if (op == "Sum" || op == "Mean") {
-        // variadic with broadcasting: NAME.1, NAME.2, ... the running sum after each further
-        // input; Mean scales the sum by 1/n (NAME.sum)
-        check_attrs({});
-        Shape s = arg(0).shape;
-        for (std::size_t k = 1; k < in.size(); ++k) s = broadcast(s, arg(k).shape, where);
-        if (in.size() == 1) {
-            alias(out0, arg(0));
-            return;
-        }
-        const std::string name = out_name(0);
-        std::string acc = materialize(input(0));
-        for (std::size_t k = 1; k < in.size(); ++k) {
-            const bool last = k + 1 == in.size();
-            const std::string step =
-                last ? (op == "Sum" ? name : unique(name + ".sum")) : unique(name + "." + std::to_string(k));
-            emit("Add", step, {acc, materialize(input(k))});
-            acc = step;
-        }
-        if (op == "Mean") emit("Scale", name, {acc}, {{"factor", 1.0 / static_cast<double>(in.size())}});
-        define(out0, name, s, et);
         return;
     }
     if (op == "Softsign") {  // x / (1 + |x|) (NAME.abs, NAME.one_plus)

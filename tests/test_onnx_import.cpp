@@ -1430,16 +1430,10 @@ BOOST_AUTO_TEST_CASE(cumsum_of_constants_folds) {
     TempDir tmp;
     onnx::GraphProto g;
     add_input(g, "X", {4});
-    auto* mask = g.add_initializer();
-    mask->set_name("mask");
-    mask->set_data_type(TP::INT64);
-    mask->add_dims(4);
-    for (std::int64_t v : {1, 1, 0, 1}) mask->add_int64_data(v);
+    add_init_i64(g, "mask", {1, 1, 0, 1});
     add_init_i64(g, "zero", {0});
     add_node(g, "CumSum", {"mask", "zero"}, {"pos"});
-    add_node(g, "Cast", {"pos"}, {"posf"})->add_attribute()->set_name("to");
-    g.mutable_node(1)->mutable_attribute(0)->set_type(onnx::AttributeProto::INT);
-    g.mutable_node(1)->mutable_attribute(0)->set_i(TP::FLOAT);
+    attr_int(add_node(g, "Cast", {"pos"}, {"posf"}), "to", TP::FLOAT);
     add_node(g, "Add", {"X", "posf"}, {"Y"});
     add_output(g, "Y");
     write(model_of(g), tmp.path / "pos.onnx");
