@@ -240,8 +240,34 @@ private:
         } else if (n.is<ops::Sub>() || n.is<ops::Mul>() || n.is<ops::Div>() || n.is<ops::Neg>() || n.is<ops::Exp>() ||
                    n.is<ops::Log>() || n.is<ops::Tanh>() || n.is<ops::Erf>() || n.is<ops::Sqrt>() || n.is<ops::Sin>() ||
                    n.is<ops::Cos>() || n.is<ops::Relu>() || n.is<ops::Sigmoid>() || n.is<ops::Abs>() ||
-                   n.is<ops::Softplus>() || n.is<ops::Max>() || n.is<ops::Min>()) {
+                   n.is<ops::Softplus>() || n.is<ops::Max>() || n.is<ops::Min>() || n.is<ops::Floor>() ||
+                   n.is<ops::Ceil>() || n.is<ops::Round>() || n.is<ops::Sign>()) {
             node(n.op->name, in, {name});  // the ONNX op of the same name
+        } else if (const auto* mod = n.attrs_if<ops::Mod>()) {
+            // ONNX's Mod takes fmod = 0 for integer types only: b's sign is written out here,
+            // r = fmod(a, b), then r + b where r is nonzero and of the other sign than b
+            if (mod->fmod) {
+                attr(node("Mod", in, {name}), "fmod", std::int64_t{1});
+            } else {
+                const std::string r = fresh(name + ".fmod"), zero = scalar(name + ".zero", 0.0);
+                attr(node("Mod", in, {r}), "fmod", std::int64_t{1});
+                auto flag = [&](const std::string& op, const std::vector<std::string>& args,
+                                const std::string& suffix) {
+                    const std::string out = fresh(name + suffix);
+                    node(op, args, {out});
+                    return out;
+                };
+                const std::string other_sign =
+                    flag("Xor", {flag("Less", {r, zero}, ".r_negative"), flag("Less", {in[1], zero}, ".b_negative")},
+                         ".other_sign");
+                const std::string nonzero = flag("Not", {flag("Equal", {r, zero}, ".r_zero")}, ".r_nonzero");
+                node("Where", {flag("And", {other_sign, nonzero}, ".moves"), flag("Add", {r, in[1]}, ".moved"), r},
+                     {name});
+            }
+        } else if (const auto* cumsum = n.attrs_if<ops::CumSum>()) {
+            auto* c = node("CumSum", {in[0], ints(name + ".axis", {cumsum->axis}, true)}, {name});
+            if (cumsum->exclusive) attr(c, "exclusive", std::int64_t{1});
+            if (cumsum->reverse) attr(c, "reverse", std::int64_t{1});
         } else if (const auto* leaky = n.attrs_if<ops::LeakyRelu>()) {
             attr_float(node("LeakyRelu", in, {name}), "alpha", leaky->alpha);
         } else if (const auto* clip = n.attrs_if<ops::Clip>()) {
@@ -290,9 +316,10 @@ private:
             // ONNX gives Mean and InvStdDev (type U) in float or bfloat16 only: in an f64 graph
             // they would be float values declared double, which ONNX Runtime refuses
             if (ln->stats != 0 && m_float == TP::DOUBLE)
-                throw GraphError(where + ": ONNX's LayerNormalization gives Mean and InvStdDev (stats = 1) in "
-                                         "float or bfloat16, not this graph's f64; shapes " + shapes_text(in) +
-                                 " (export the graph as f32: --dtype f32)");
+                throw GraphError(where +
+                                 ": ONNX's LayerNormalization gives Mean and InvStdDev (stats = 1) in "
+                                 "float or bfloat16, not this graph's f64; shapes " +
+                                 shapes_text(in) + " (export the graph as f32: --dtype f32)");
             std::vector<std::string> outs{name};
             if (ln->stats != 0) outs = {name + ":0", name + ":1", name + ":2"};
             auto* r = node("LayerNormalization", in, outs);
@@ -302,9 +329,10 @@ private:
             // opset 23's RotaryEmbedding takes float, float16 and bfloat16 only: a double model
             // holding it is invalid, and casting to float would change the numbers
             if (m_float == TP::DOUBLE)
-                throw GraphError(where + ": ONNX's RotaryEmbedding (opset 23) takes float, float16 or bfloat16, "
-                                         "not this graph's f64; shapes " + shapes_text(in) +
-                                 " (export the graph as f32: --dtype f32)");
+                throw GraphError(where +
+                                 ": ONNX's RotaryEmbedding (opset 23) takes float, float16 or bfloat16, "
+                                 "not this graph's f64; shapes " +
+                                 shapes_text(in) + " (export the graph as f32: --dtype f32)");
             std::vector<std::string> args = in;
             if (in.size() == 4) {  // position ids: int64 in ONNX
                 args[3] = fresh(name + ".position_ids");

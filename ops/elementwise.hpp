@@ -68,14 +68,14 @@ void broadcast_runs(const Shape& ys, const std::array<std::vector<std::size_t>, 
 template <std::size_t K, class F>
 void broadcast_walk(const Shape& ys, const std::array<std::vector<std::size_t>, K>& strides, std::size_t i0,
                     std::size_t i1, F&& f) {
-    broadcast_runs(ys, strides, i0, i1,
-                   [&](std::size_t i, std::array<std::size_t, K> off, std::size_t count,
-                       const std::array<std::size_t, K>& steps) {
-                       for (std::size_t j = 0; j < count; ++j) {
-                           f(i + j, std::as_const(off));
-                           for (std::size_t k = 0; k < K; ++k) off[k] += steps[k];
-                       }
-                   });
+    broadcast_runs(
+        ys, strides, i0, i1,
+        [&](std::size_t i, std::array<std::size_t, K> off, std::size_t count, const std::array<std::size_t, K>& steps) {
+            for (std::size_t j = 0; j < count; ++j) {
+                f(i + j, std::as_const(off));
+                for (std::size_t k = 0; k < K; ++k) off[k] += steps[k];
+            }
+        });
 }
 
 /// The shape all of `in` broadcast to; ShapeError naming every shape otherwise.
@@ -125,6 +125,19 @@ void simd_map(const T* x, T* y, std::size_t n, F&& f) {
     });
 }
 
+/// f applied to each lane of x, through scalars: for the ops whose result the C library gives
+/// exactly (or within its ulp) and xsimd's batch functions do not on every target (xsimd 8's
+/// SSE2 floor and ceil give +0 for −0 and for ceil(−0.5)). The same bits wherever an element
+/// sits in a chunk.
+template <class B, class F>
+B lanewise(const B& x, F&& f) {
+    using T = typename B::value_type;
+    alignas(64) T xs[B::size];
+    x.store_aligned(xs);
+    for (std::size_t k = 0; k < B::size; ++k) xs[k] = f(xs[k]);
+    return B::load_aligned(xs);
+}
+
 // ---- op bases ------------------------------------------------------------------------
 
 /// y = f(x), elementwise; x and y have one shape.
@@ -151,6 +164,17 @@ struct UnaryOp {
             for (std::size_t i = i0; i < i1; ++i) dx[i] += dy[i] * Op::derivative(attrs, x[i], y[i]);
         });
     }
+};
+
+/// A step function y = f(x) (Floor, Ceil, Round, Sign): piecewise constant, so x gets no
+/// gradient (torch's floor, ceil, round and sign give 0; here the slot has none, as a
+/// comparison's).
+template <class Op, class A>
+struct StepOp : UnaryOp<Op, A> {
+    static constexpr std::array<int, 1> no_grad_inputs{0};
+
+    template <class T>
+    static void backward(const A&, In<T>, In<T>, In<T>, Out<T>) {}
 };
 
 /// y = f(a, b), elementwise with numpy broadcasting.

@@ -146,6 +146,25 @@ Value abs(const Value& x) {
     return x.builder().node<ops::Abs>({x}, ops::AbsAttrs{});
 }
 
+// ops/floor.hpp, ops/ceil.hpp, ops/round.hpp, ops/sign.hpp
+Value floor(const Value& x) {
+    return x.builder().node<ops::Floor>({x}, ops::FloorAttrs{});
+}
+Value ceil(const Value& x) {
+    return x.builder().node<ops::Ceil>({x}, ops::CeilAttrs{});
+}
+Value round(const Value& x) {
+    return x.builder().node<ops::Round>({x}, ops::RoundAttrs{});
+}
+Value sign(const Value& x) {
+    return x.builder().node<ops::Sign>({x}, ops::SignAttrs{});
+}
+
+// ops/mod.hpp
+Value mod(const Value& a, const Value& b, bool fmod) {
+    return a.builder().node<ops::Mod>({a, b}, ops::ModAttrs{fmod});
+}
+
 // ops/clip.hpp
 Value clip(const Value& x, std::optional<double> min, std::optional<double> max) {
     return x.builder().node<ops::Clip>({x}, ops::ClipAttrs{min, max});
@@ -242,6 +261,11 @@ Value reduce_mean(const Value& x, std::vector<int> axes, bool keepdims) {
 // ops/reduce_max.hpp
 Value reduce_max(const Value& x, std::vector<int> axes, bool keepdims) {
     return x.builder().node<ops::ReduceMax>({x}, ops::ReduceMaxAttrs{std::move(axes), keepdims ? 1 : 0, 0});
+}
+
+// ops/cumsum.hpp
+Value cumsum(const Value& x, int axis, bool exclusive, bool reverse) {
+    return x.builder().node<ops::CumSum>({x}, ops::CumSumAttrs{axis, exclusive, reverse});
 }
 
 // ops/expand.hpp

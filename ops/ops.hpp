@@ -62,14 +62,17 @@
 #include "ops/add.hpp"
 #include "ops/alibi.hpp"
 #include "ops/attention_op.hpp"
+#include "ops/ceil.hpp"
 #include "ops/clip.hpp"
 #include "ops/concat.hpp"
 #include "ops/cos.hpp"
+#include "ops/cumsum.hpp"
 #include "ops/div.hpp"
 #include "ops/equal.hpp"
 #include "ops/erf.hpp"
 #include "ops/exp.hpp"
 #include "ops/expand.hpp"
+#include "ops/floor.hpp"
 #include "ops/gather.hpp"
 #include "ops/greater.hpp"
 #include "ops/layer_normalization.hpp"
@@ -81,6 +84,7 @@
 #include "ops/matmul.hpp"
 #include "ops/max.hpp"
 #include "ops/min.hpp"
+#include "ops/mod.hpp"
 #include "ops/mul.hpp"
 #include "ops/neg.hpp"
 #include "ops/permute.hpp"
@@ -93,8 +97,10 @@
 #include "ops/reshape.hpp"
 #include "ops/rms_normalization.hpp"
 #include "ops/rotary_embedding.hpp"
+#include "ops/round.hpp"
 #include "ops/scale.hpp"
 #include "ops/sigmoid.hpp"
+#include "ops/sign.hpp"
 #include "ops/sin.hpp"
 #include "ops/slice.hpp"
 #include "ops/softmax.hpp"
@@ -114,7 +120,7 @@ inline constexpr auto builtin_ops =
                          Alibi, Neg, Exp, Log, Tanh, Erf, Sqrt, Pow, Sin, Cos, Mul, Sub, Div, Where, Equal, Less,
                          Greater, ReduceSum, ReduceMean, ReduceMax, Expand, Gather, Range, RMSNormalization,
                          LayerNormalization, RotaryEmbedding, Attention, Relu, Sigmoid, Abs, Clip, LeakyRelu, Softplus,
-                         Max, Min>;
+                         Max, Min, Floor, Ceil, Round, Sign, Mod, CumSum>;
 
 }  // namespace attngraph::ops
 
@@ -166,7 +172,8 @@ Value permute(const Value& x, std::vector<int> perm);
 
 // ---- elementwise (numpy broadcasting for the binary ones) ---------------------------------
 // The C library's functions of the same names stay usable unqualified in this namespace:
-using std::abs, std::cos, std::div, std::erf, std::exp, std::log, std::pow, std::sin, std::sqrt, std::tanh;
+using std::abs, std::ceil, std::cos, std::div, std::erf, std::exp, std::floor, std::log, std::pow, std::round, std::sin,
+    std::sqrt, std::tanh;
 /// -x, e^x, ln x, tanh x, erf x, √x, x^exponent, sin x, cos x.
 Value neg(const Value& x);
 Value exp(const Value& x);
@@ -185,9 +192,18 @@ Value abs(const Value& x);
 Value clip(const Value& x, std::optional<double> min, std::optional<double> max);
 Value leaky_relu(const Value& x, double alpha = 0.01);
 Value softplus(const Value& x);
+/// ⌊x⌋, ⌈x⌉, x to the nearest integer (halves to even, as numpy.round and torch.round), the
+/// sign of x (0 at 0, NaN at NaN): step functions, no gradient.
+Value floor(const Value& x);
+Value ceil(const Value& x);
+Value round(const Value& x);
+Value sign(const Value& x);
 /// max(a, b), min(a, b) (NaN if either is NaN).
 Value maximum(const Value& a, const Value& b);
 Value minimum(const Value& a, const Value& b);
+/// The remainder of a / b: the sign of b (torch.remainder, numpy.mod), or of a when `fmod`
+/// (the C library's fmod, torch.fmod).
+Value mod(const Value& a, const Value& b, bool fmod = false);
 /// a·b, a - b, a / b.
 Value mul(const Value& a, const Value& b);
 Value sub(const Value& a, const Value& b);
@@ -204,6 +220,9 @@ Value greater(const Value& a, const Value& b);
 Value reduce_sum(const Value& x, std::vector<int> axes = {}, bool keepdims = true);
 Value reduce_mean(const Value& x, std::vector<int> axes = {}, bool keepdims = true);
 Value reduce_max(const Value& x, std::vector<int> axes = {}, bool keepdims = true);
+/// Running sums of x along `axis` (exclusive: each leaves its own element out; reverse: from
+/// the end).
+Value cumsum(const Value& x, int axis, bool exclusive = false, bool reverse = false);
 /// x broadcast to `shape` (ONNX Expand: x's shape and `shape` broadcast together).
 Value expand(const Value& x, std::vector<int> shape);
 /// data taken along `axis` at `indices` (whole numbers, negative from the end; no gradient).

@@ -30,11 +30,7 @@ struct Softplus : UnaryOp<Softplus, SoftplusAttrs> {
     static B apply(const Attrs&, const B& x) {
         // lane by lane through the C library's exp and log1p (correctly rounded to within an
         // ulp, as numpy's): the same bits wherever the element sits in a chunk
-        using T = typename B::value_type;
-        alignas(64) T xs[B::size];
-        x.store_aligned(xs);
-        for (std::size_t k = 0; k < B::size; ++k) xs[k] = value(xs[k]);
-        return B::load_aligned(xs);
+        return lanewise(x, [](auto v) { return value(v); });
     }
     // in the forward pass this was: y = ln(1 + e^x). dx += dy · σ(x), σ(x) = 1 / (1 + e^-x)
     // (e^x / (1 + e^x) below 0, which keeps σ's tiny values there)

@@ -71,6 +71,12 @@ const std::vector<Case> cases = {
     {"Clip", {{"min", 1e38}}, {{25}}, {true}, {true}},
     {"LeakyRelu", nullptr, {{25}}, {true}, {true}},
     {"Softplus", nullptr, {{25}}, {true}, {true}},
+    {"Floor", nullptr, {{25}}, {true}, {false}},
+    {"Ceil", nullptr, {{25}}, {true}, {false}},
+    {"Round", nullptr, {{25}}, {true}, {false}},
+    {"Sign", nullptr, {{25}}, {true}, {false}},
+    {"CumSum", {{"axis", 0}}, {{25}}, {true}, {true}},
+    {"CumSum", {{"axis", 1}, {"exclusive", true}, {"reverse", true}}, {{5, 5}}, {true}, {true}},
     {"Pow", {{"exponent", 0.5}}, {{25}}, {true}, {true}},
     {"Pow", {{"exponent", 3}}, {{25}}, {true}, {true}},
     {"Pow", {{"exponent", -1}}, {{25}}, {true}, {true}},
@@ -88,6 +94,8 @@ const std::vector<Case> cases = {
     {"Div", nullptr, {{25, 1}, {25}}, {true, true}, {true, true}},
     {"Max", nullptr, {{25, 1}, {25}}, {true, true}, {true, true}},
     {"Min", nullptr, {{25, 1}, {25}}, {true, true}, {true, true}},
+    {"Mod", nullptr, {{25, 1}, {25}}, {true, true}, {true, true}},
+    {"Mod", {{"fmod", true}}, {{25, 1}, {25}}, {true, true}, {true, true}},
     {"Equal", nullptr, {{25, 1}, {25}}, {true, true}, {false, false}},
     {"Greater", nullptr, {{25, 1}, {25}}, {true, true}, {false, false}},
     {"Less", nullptr, {{25, 1}, {25}}, {true, true}, {false, false}},
@@ -206,6 +214,14 @@ const std::vector<Unary> unary = {
     {"Relu", nullptr, [](double x, double) { return x < 0 ? 0.0 : x; }},  // numpy: maximum(x, 0) keeps NaN
     {"Sigmoid", nullptr, [](double x, double) { return 1 / (1 + std::exp(-x)); }},
     {"Abs", nullptr, [](double x, double) { return std::fabs(x); }},
+    {"Floor", nullptr, [](double x, double) { return std::floor(x); }},
+    {"Ceil", nullptr, [](double x, double) { return std::ceil(x); }},
+    {"Round", nullptr, [](double x, double) { return std::nearbyint(x); }},  // halves to even
+    // numpy.sign: 0 at ±0 (+0), NaN at NaN
+    {"Sign", nullptr, [](double x, double) { return x > 0    ? 1.0
+                                                    : x < 0  ? -1.0
+                                                    : x == 0 ? 0.0
+                                                             : x; }},
     // numpy.clip(x, -1, 6): NaN stays NaN
     {"Clip",
      {{"min", -1}, {"max", 6}},
