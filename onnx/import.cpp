@@ -68,6 +68,11 @@ onnx::ModelProto parse_model(const fs::path& path) {
     return model;
 }
 
+bool is_integer_type(int t) {
+    return t == TP::INT8 || t == TP::INT16 || t == TP::INT32 || t == TP::INT64 || t == TP::UINT8 || t == TP::UINT16 ||
+           t == TP::UINT32 || t == TP::UINT64;
+}
+
 std::string type_name(int t) {
     switch (t) {
         case TP::FLOAT:
@@ -448,6 +453,14 @@ public:
                 emit("Reshape", n, {p}, {{"shape", to_i64(it->second.shape)}});
                 outputs.push_back(n);
                 m_out.names.emplace_back(vi.name(), n);
+            } else if (m_aliased.count(vi.name())) {
+                // another value under the output's name (Identity, Dropout, a Cast that needs no
+                // node): a node of that name passes it on, so that runs and traces show the
+                // output under the name the model gives it
+                const std::string n = unique(sanitize_onnx_name(vi.name()));
+                emit("Reshape", n, {it->second.name}, {{"shape", to_i64(it->second.shape)}});
+                outputs.push_back(n);
+                m_out.names.emplace_back(vi.name(), n);
             } else {
                 outputs.push_back(it->second.name);
             }
@@ -631,6 +644,7 @@ private:
 
     void alias(const std::string& onnx_name, const Value& v) {
         m_values[onnx_name] = v;
+        m_aliased.insert(onnx_name);
         if (!v.is_const) m_out.names.emplace_back(onnx_name, v.name);
     }
 
@@ -646,6 +660,7 @@ private:
     std::map<std::string, Value> m_values;
     std::map<std::string, std::string> m_params;
     std::set<std::string> m_used;
+    std::set<std::string> m_aliased;    // ONNX values that are another value under a new name
     std::set<std::string> m_synthetic;  // constants made at import (a transposed weight), not ONNX values
     ImportedModel m_out;
 };
@@ -829,6 +844,13 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
             return n;
         };
     };
+    // q truncated toward zero into `name` (a float cast to an integer type, an integer Div):
+    // Where(q < 0, ⌈q⌉, ⌊q⌋), steps NAME.floor, NAME.ceil, NAME.negative
+    auto truncate_into = [&](const std::string& q, const std::string& name) {
+        const auto step = steps_of(name);
+        const std::string negative = step("Less", "negative", {q, scalar(name + ".zero", 0)});
+        emit("Where", name, {negative, step("Ceil", "ceil", {q}), step("Floor", "floor", {q})});
+    };
     // a value a mapping makes (an output that grows, a constant of its own) is checked against
     // the memory limit (--max-memory; else 2^31 elements) before anything is allocated
     auto check_size = [&](const Shape& shape, const std::string& what) {
@@ -866,7 +888,7 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
             alias(out0, arg(0));
             return;
         }
-        if (to == TP::BOOL && float_from) {
+        if (to == TP::BOOL) {
             // bool: nonzero is true. attngraph holds bools as 0/1 floats: a value known to be
             // 0/1 (a comparison's, cast to float) is already one; any other becomes
             // where(x, 1, 0)
@@ -884,9 +906,16 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
             m_values[out0].zero_one = true;
             return;
         }
-        if (!(float_to && float_from) && !(float_to && et != TP::FLOAT))
-            throw GraphError(where + ": a Cast of a computed value from " + type_name(et) + " to " + type_name(to) +
-                             " is not supported (supported ops: docs/onnx.md)");
+        if (float_from && !float_to) {
+            // to an integer type: truncated toward zero, as C's cast (and numpy's astype, ONNX's
+            // reference) does; a value the type cannot hold is not wrapped
+            const std::string name = out_name(0);
+            truncate_into(materialize(input(0)), name);
+            define(out0, name, arg(0).shape, to);
+            return;
+        }
+        // between float types, or from an integer or bool (whole numbers already; an integer
+        // type to another is not wrapped either)
         Value v = arg(0);
         v.elem_type = to;
         alias(out0, v);
@@ -928,6 +957,10 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
         if (op == "Mul" && scalar_const) {
             // torch's attention scale: a Scale, which the fused attention step recognises
             emit("Scale", name, {dyn->name}, {{"factor", cst->c.values[0]}});
+        } else if (op == "Div" && is_integer_type(et)) {
+            // integers divide truncating toward zero (C's /, ONNX's reference): the quotient
+            // NAME.quotient, truncated (exact for the whole numbers f32 holds, |a| < 2^24)
+            truncate_into(steps_of(name)("Div", "quotient", {materialize(input(0)), materialize(input(1))}), name);
         } else if (op == "Div" && scalar_const && b.is_const && b.c.values[0] != 0 &&
                    std::isfinite(1.0 / b.c.values[0])) {
             emit("Scale", name, {a.name}, {{"factor", 1.0 / b.c.values[0]}});
@@ -945,11 +978,22 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
         return;
     }
     if (op == "Neg" || op == "Exp" || op == "Log" || op == "Tanh" || op == "Erf" || op == "Sqrt" || op == "Sin" ||
-        op == "Cos" || op == "Relu" || op == "Sigmoid" || op == "Abs" || op == "Softplus") {
+        op == "Cos" || op == "Relu" || op == "Sigmoid" || op == "Abs" || op == "Softplus" || op == "Floor" ||
+        op == "Ceil" || op == "Round" || op == "Sign") {
         check_attrs({});
         const std::string name = out_name(0);
         emit(op, name, {materialize(input(0))});
         define(out0, name, arg(0).shape, et);
+        return;
+    }
+    if (op == "Mod") {
+        // fmod 1: the sign of a (C's fmod); 0: the sign of b (ONNX allows 0 for integers only;
+        // it is as well defined for floats, numpy.mod's, and read so)
+        check_attrs({"fmod"});
+        const Shape s = broadcast(arg(0).shape, arg(1).shape, where);
+        const std::string name = out_name(0);
+        emit("Mod", name, {materialize(input(0)), materialize(input(1))}, {{"fmod", attr_int(node, "fmod", 0) != 0}});
+        define(out0, name, s, et);
         return;
     }
     if (op == "Gelu") {  // opset 20: written out as torch exports it before (x·½(1 + erf(x/√2)), or tanh's form)
@@ -1264,9 +1308,14 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
             const auto step = steps_of(name);
             const std::string xn = materialize(input(0));
             if (op == "ReduceLogSumExp") {
+                // the shift m is max(x), 0 where that is ±inf (torch.logsumexp's rule): a +inf
+                // gives inf (not inf − inf), all −inf gives log 0 = −inf
                 json kept = attrs;
                 kept["keepdims"] = 1;
-                const std::string m = step("ReduceMax", "max", {xn}, kept);
+                const std::string max = step("ReduceMax", "max", {xn}, kept);
+                const std::string infinite =
+                    step("Equal", "max_is_inf", {step("Abs", "max_abs", {max}), scalar(name + ".inf", INFINITY)});
+                const std::string m = step("Where", "shift", {infinite, scalar(name + ".zero", 0), max});
                 const std::string sum =
                     step("ReduceSum", "sum", {step("Exp", "exp", {step("Sub", "shifted", {xn, m})})}, kept);
                 const std::string lse = step("Log", "log_sum", {sum});
@@ -1918,40 +1967,18 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
     }
     if (op == "CumSum") {
         // y_i = the sum of x_j over j <= i along the axis (exclusive: j < i; reverse: j >= i,
-        // j > i), as a MatMul by a constant 0/1 triangle (NAME.triangle); the axis is moved last
-        // and back by Transposes. (An inf or NaN in a line makes the whole line NaN: inf·0.)
+        // j > i): attngraph's CumSum, summed in sequence
         check_attrs({"exclusive", "reverse"});
         const Value& x = arg(0);
         const std::vector<std::int64_t> axis_value = const_ints(1, "axis");
         if (axis_value.size() != 1 || x.shape.empty())
             throw ShapeError(where + ": CumSum takes a tensor of rank 1 or more and one axis; shapes " + shapes_text());
-        const auto ax = static_cast<std::size_t>(normalize(axis_value[0], x.shape.size(), where));
-        const bool exclusive = attr_int(node, "exclusive", 0) != 0, reverse = attr_int(node, "reverse", 0) != 0;
-        const std::size_t len = x.shape[ax], rank = x.shape.size();
-        check_size({len, len}, "the triangle over axis " + std::to_string(ax));
-        std::vector<double> tri(len * len, 0.0);  // tri[j][i] = 1 where x_j counts in y_i
-        for (std::size_t j = 0; j < len; ++j)
-            for (std::size_t i = 0; i < len; ++i)
-                tri[j * len + i] = (reverse ? (exclusive ? j > i : j >= i) : (exclusive ? j < i : j <= i)) ? 1 : 0;
+        const auto axis = normalize(axis_value[0], x.shape.size(), where);
         const std::string name = out_name(0);
-        const auto step = steps_of(name);
-        const std::string triangle = constant(name + ".triangle", TP::FLOAT, {len, len}, std::move(tri));
-        std::string xn = materialize(input(0));
-        if (rank == 1) {
-            const std::string row = step("Reshape", "as_row", {xn}, {{"shape", to_i64(Shape{1, len})}});
-            reshape_to(step("MatMul", "row_sums", {row, triangle}), x.shape, name);
-        } else if (ax + 1 == rank) {
-            emit("MatMul", name, {xn, triangle});
-        } else {
-            std::vector<std::int64_t> perm, back(rank);
-            for (std::size_t i = 0; i < rank; ++i)
-                if (i != ax) perm.push_back(static_cast<std::int64_t>(i));
-            perm.push_back(static_cast<std::int64_t>(ax));
-            for (std::size_t i = 0; i < rank; ++i)
-                back[static_cast<std::size_t>(perm[i])] = static_cast<std::int64_t>(i);
-            const std::string moved = step("Transpose", "moved", {xn}, {{"perm", perm}});
-            emit("Transpose", name, {step("MatMul", "sums", {moved, triangle})}, {{"perm", back}});
-        }
+        emit("CumSum", name, {materialize(input(0))},
+             {{"axis", axis},
+              {"exclusive", attr_int(node, "exclusive", 0) != 0},
+              {"reverse", attr_int(node, "reverse", 0) != 0}});
         define(out0, name, x.shape, et);
         return;
     }

@@ -1425,6 +1425,120 @@ BOOST_AUTO_TEST_CASE(log_softmax_and_log_sum_exp_differentiate) {
     }
 }
 
+// ---- step functions, Mod, casts to integers, integer division --------------------------------
+
+// Floor, Ceil, Round, Sign and Mod (fmod 1) of computed floats; a float cast to int64
+// (truncated) and, of those integers, Div (truncating), Mod (fmod 0: the divisor's sign) and
+// CumSum, cast back to float: against the C library's functions and integer arithmetic in the
+// test, and ONNX Runtime for every output. d/dX of the sum of all: 1 from Mod's a, 0 through
+// the step functions and the cast.
+BOOST_AUTO_TEST_CASE(step_functions_mod_integer_casts_and_division_match_c_and_onnx_runtime) {
+    TempDir tmp;
+    onnx::GraphProto g;
+    add_input(g, "X", {2, 4});
+    add_init(g, "B", {4}, {0.7f, -0.7f, 2, -3});
+    add_init_i64(g, "J", {2, -2, 3, -3});
+    add_init_i64(g, "ax1", {1});
+    for (const char* op : {"Floor", "Ceil", "Round", "Sign"}) add_node(g, op, {"X"}, {op});
+    attr_int(add_node(g, "Mod", {"X", "B"}, {"FMOD"}), "fmod", 1);
+    attr_int(add_node(g, "Cast", {"X"}, {"I"}), "to", TP::INT64);
+    add_node(g, "Div", {"I", "J"}, {"IDIV"});
+    add_node(g, "Mod", {"I", "J"}, {"IMOD"});
+    add_node(g, "CumSum", {"I", "ax1"}, {"ICUM"});
+    const std::vector<std::string> ints = {"I", "IDIV", "IMOD", "ICUM"};
+    for (const auto& i : ints) attr_int(add_node(g, "Cast", {i}, {i + "F"}), "to", TP::FLOAT);
+    const std::vector<std::string> outs = {"Floor", "Ceil", "Round", "Sign", "FMOD", "IF", "IDIVF", "IMODF", "ICUMF"};
+    for (const auto& o : outs) add_output(g, o);
+    onnx::ModelProto m = model_of(g);
+    m.mutable_opset_import(0)->set_version(18);
+    write(m, tmp.path / "steps.onnx");
+    const std::vector<float> x = {2.5f, -2.5f, 0.5f, -7.25f, 7.9f, -0.4f, 3.0f, -3.5f};
+    const double b[4] = {0.7f, -0.7f, 2, -3};
+    const std::int64_t j[4] = {2, -2, 3, -3};
+    save_npy(tmp.path / "X.npy", Tensor(Array<float>({{x[0], x[1], x[2], x[3]}, {x[4], x[5], x[6], x[7]}})));
+    const CliResult r = run_cli("run steps.onnx --input X=X.npy --trace t", tmp.path);
+    BOOST_TEST_REQUIRE(r.code == 0, r.err);
+    std::int64_t running[2] = {0, 0};
+    for (std::size_t e = 0; e < 8; ++e) {
+        const double v = x[e];
+        const std::int64_t i = static_cast<std::int64_t>(v), d = j[e % 4];  // C's cast truncates
+        running[e / 4] += i;
+        const std::int64_t rem = i % d;  // C's % takes the dividend's sign; ONNX's fmod 0 the divisor's
+        const std::map<std::string, double> want = {
+            {"Floor", std::floor(v)},
+            {"Ceil", std::ceil(v)},
+            {"Round", std::nearbyint(v)},  // halves to even: 2.5 -> 2, -2.5 -> -2, 0.5 -> 0
+            {"Sign", v > 0   ? 1.0
+                     : v < 0 ? -1.0
+                             : 0.0},
+            {"FMOD", std::fmod(double(float(v)), double(float(b[e % 4])))},
+            {"IF", double(i)},
+            {"IDIVF", double(i / d)},  // C's / truncates
+            {"IMODF", double(rem != 0 && (rem < 0) != (d < 0) ? rem + d : rem)},
+            {"ICUMF", double(running[e / 4])}};
+        for (const auto& [name, w] : want) {
+            const Tensor t = load_npy(tmp.path / "t" / (name + ".npy"));
+            BOOST_TEST(std::fabs(t.at_flat(e) - w) <= 1e-6 * std::max(1.0, std::fabs(w)),
+                       name << "[" << e << "] = " << t.at_flat(e) << ", want " << w);
+        }
+    }
+    const OrtCheck ort = ort_check(tmp.path / "steps.onnx", tmp.path / "t", "1e-6");
+    BOOST_TEST(ort.status == 0, ort.report);
+    BOOST_TEST(ort.lines() == static_cast<long>(outs.size()), ort.report);
+    const CliResult d = run_cli("grad steps.onnx --input X=X.npy --wrt X --trace g", tmp.path);
+    BOOST_TEST_REQUIRE(d.code == 0, d.err);
+    const Tensor dx = load_npy(grad_file(tmp.path / "g", "X"));
+    for (std::size_t e = 0; e < 8; ++e) BOOST_TEST(dx.at_flat(e) == 1.0, e << ": " << dx.at_flat(e));
+}
+
+// A graph output that is another value under a new name (Identity, a Cast that needs no node)
+// is a node of its own name: `run` prints it and the trace holds it under the model's name,
+// with the value it passes on
+BOOST_AUTO_TEST_CASE(an_output_that_is_another_value_is_traced_under_its_own_name) {
+    TempDir tmp;
+    onnx::GraphProto g;
+    add_input(g, "X", {3});
+    add_node(g, "Relu", {"X"}, {"R"});
+    add_node(g, "Identity", {"R"}, {"Y"});
+    attr_int(add_node(g, "Cast", {"X"}, {"Z"}), "to", TP::DOUBLE);
+    add_output(g, "R");
+    add_output(g, "Y");
+    add_output(g, "Z");
+    write(model_of(g), tmp.path / "alias.onnx");
+    save_npy(tmp.path / "X.npy", Tensor(Array<float>({-1.5f, 2.0f, 0.25f})));
+    const CliResult r = run_cli("run alias.onnx --input X=X.npy --trace t", tmp.path);
+    BOOST_TEST_REQUIRE(r.code == 0, r.err);
+    BOOST_TEST(r.out.find("Y") != std::string::npos, r.out);
+    const std::vector<double> relu = {0, 2, 0.25}, x = {-1.5, 2, 0.25};
+    for (const auto& [name, want] : std::map<std::string, std::vector<double>>{{"R", relu}, {"Y", relu}, {"Z", x}}) {
+        const Tensor t = load_npy(tmp.path / "t" / (name + ".npy"));
+        BOOST_TEST_REQUIRE(t.size() == 3u, name);
+        for (std::size_t i = 0; i < 3; ++i) BOOST_TEST(t.at_flat(i) == want[i], name << "[" << i << "]");
+    }
+}
+
+// ReduceLogSumExp with infinities: torch.logsumexp's values (a +inf gives inf, a row of −inf
+// gives −inf; max − max would be NaN in both), and a row of finite values as before
+BOOST_AUTO_TEST_CASE(log_sum_exp_of_infinities_is_torchs) {
+    TempDir tmp;
+    onnx::GraphProto g;
+    add_input(g, "X", {3, 3});
+    add_init_i64(g, "ax1", {1});
+    attr_int(add_node(g, "ReduceLogSumExp", {"X", "ax1"}, {"LSE"}), "keepdims", 0);
+    add_output(g, "LSE");
+    onnx::ModelProto m = model_of(g);
+    m.mutable_opset_import(0)->set_version(18);
+    write(m, tmp.path / "lse.onnx");
+    const float inf = std::numeric_limits<float>::infinity();
+    save_npy(tmp.path / "X.npy", Tensor(Array<float>({{1, inf, 2}, {-inf, -inf, -inf}, {1, 2, -inf}})));
+    const CliResult r = run_cli("run lse.onnx --input X=X.npy --trace t", tmp.path);
+    BOOST_TEST_REQUIRE(r.code == 0, r.err);
+    const Tensor y = load_npy(tmp.path / "t" / "LSE.npy");
+    BOOST_TEST(y.at_flat(0) == double(inf));
+    BOOST_TEST(y.at_flat(1) == -double(inf));
+    BOOST_TEST(std::fabs(y.at_flat(2) - (2 + std::log1p(std::exp(-1.0)))) <= 1e-6);
+}
+
 // CumSum of constants folds at import (position ids from a constant mask), summed in order
 BOOST_AUTO_TEST_CASE(cumsum_of_constants_folds) {
     TempDir tmp;

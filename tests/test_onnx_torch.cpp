@@ -197,8 +197,20 @@ BOOST_AUTO_TEST_CASE(ops_written_out_at_import_run_and_differentiate_like_pytorc
         if (dot != std::string::npos) suffixes.insert(name.substr(dot + 1));
     }
     for (const char* step : {"gate", "alpha_expm1", "gamma_below", "over_alpha", "negative", "padded_axis1", "expanded",
-                             "triangle", "abs", "max_negated", "log_sum", "equal"})
+                             "max_is_inf", "abs", "max_negated", "log_sum", "equal"})
         BOOST_TEST(suffixes.count(step) == 1u, step);
+}
+
+BOOST_AUTO_TEST_CASE(step_functions_and_integer_arithmetic_run_and_differentiate_like_pytorch) {
+    // floor, ceil, round, sign, remainder and fmod of computed floats, a float truncated to
+    // int64, position ids from an int64 mask (cumsum − 1) and their integer division, exported
+    // at opset 17: the output and d sum(Y) / dx within 1e-5 of PyTorch's
+    Exported ex;
+    run_and_grad_like_torch(ex, "rounding", {"x", "mask"}, "x");
+    const nlohmann::json manifest = nlohmann::json::parse(slurp(ex.tmp.path / "t" / "manifest.json"));
+    std::set<std::string> ops;
+    for (const auto& e : manifest["entries"]) ops.insert(e.value("op", std::string()));
+    for (const char* op : {"Floor", "Ceil", "Round", "Sign", "Mod", "CumSum"}) BOOST_TEST(ops.count(op) == 1u, op);
 }
 
 BOOST_AUTO_TEST_SUITE_END()  // test_onnx_torch

@@ -275,3 +275,29 @@ class WrittenOut(torch.nn.Module):
 
 
 export_with("written_out", WrittenOut(), {"x": torch.randn(3, 6)}, grad_of="x")
+
+
+class Rounding(torch.nn.Module):
+    """The step functions and integer arithmetic a model computes at run time: floor, ceil,
+    round, sign, remainder and fmod of floats; a float truncated to int64 (Cast); position ids
+    from an int64 padding mask (CumSum, Sub) and an integer division of them (Div of int64,
+    which truncates)."""
+
+    def __init__(self, d=6):
+        super().__init__()
+        self.lin = torch.nn.Linear(d, d)
+
+    def forward(self, x, mask):
+        h = self.lin(x)
+        steps = (4 * h).floor() + (4 * h).ceil() + (3 * h).round() + h.sign()
+        rem = torch.remainder(3 * h, 0.7) + torch.fmod(3 * h, 0.7)
+        trunc = (5 * h).long().float()
+        pos = mask.cumsum(-1) - 1
+        halves = torch.div(pos * 7 - 9, 2, rounding_mode="trunc")
+        return torch.cat([h * pos.float(), steps, rem, trunc, halves.float()], dim=1)
+
+
+export_with("rounding", Rounding(), {"x": torch.randn(3, 6), "mask": torch.tensor([[1, 1, 1, 1, 0, 0],
+                                                                                  [1, 1, 1, 1, 1, 1],
+                                                                                  [0, 1, 1, 0, 1, 1]])},
+            grad_of="x")
