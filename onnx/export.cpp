@@ -303,6 +303,26 @@ private:
             const std::string idx = fresh(name + ".indices");
             attr(node("Cast", {in[1]}, {idx}), "to", TP::INT64);
             attr(node("Gather", {in[0], idx}, {name}), "axis", gather->axis);
+        } else if (n.is<ops::ScatterElements>() || n.is<ops::ScatterND>()) {
+            // as Gather: the indices cast to int64
+            const std::string idx = fresh(name + ".indices");
+            attr(node("Cast", {in[1]}, {idx}), "to", TP::INT64);
+            auto* s = node(n.op->name, {in[0], idx, in[2]}, {name});
+            if (const auto* se = n.attrs_if<ops::ScatterElements>()) attr(s, "axis", se->axis);
+        } else if (n.is<ops::ArgMax>() || n.is<ops::ArgMin>()) {
+            // int64 positions in ONNX, the graph's float type here: cast back
+            const auto write = [&](const auto& a) {
+                const std::string positions = fresh(name + ".positions");
+                auto* arg = node(n.op->name, {in[0]}, {positions});
+                attr(arg, "axis", std::int64_t{a.axis});
+                attr(arg, "keepdims", std::int64_t{a.keepdims});
+                attr(arg, "select_last_index", std::int64_t{a.select_last_index});
+                attr(node("Cast", {positions}, {name}), "to", m_float);
+            };
+            if (const auto* largest = n.attrs_if<ops::ArgMax>())
+                write(*largest);
+            else
+                write(*n.attrs_if<ops::ArgMin>());
         } else if (const auto* range = n.attrs_if<ops::Range>()) {
             node("Range",
                  {scalar(name + ".start", range->start), scalar(name + ".limit", range->limit),

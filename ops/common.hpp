@@ -35,6 +35,13 @@ inline Shape broadcast_shapes(const Shape& a, const Shape& b) {
     return out;
 }
 
+/// Row-major strides of `shape`: the flat step of one along each axis.
+inline std::vector<std::size_t> row_major_strides(const Shape& shape) {
+    std::vector<std::size_t> strides(shape.size(), 1);
+    for (std::size_t d = shape.size(); d-- > 1;) strides[d - 1] = strides[d] * shape[d];
+    return strides;
+}
+
 /// Row-major strides of `shape` seen as `target` (rank-aligned right; 0 on broadcast axes).
 template <class Strides = std::vector<std::size_t>>
 Strides broadcast_strides(const Shape& shape, const Shape& target) {

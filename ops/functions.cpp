@@ -268,6 +268,22 @@ Value cumsum(const Value& x, int axis, bool exclusive, bool reverse) {
     return x.builder().node<ops::CumSum>({x}, ops::CumSumAttrs{axis, exclusive, reverse});
 }
 
+// ops/scatter_elements.hpp, ops/scatter_nd.hpp
+Value scatter_elements(const Value& data, const Value& indices, const Value& updates, int axis) {
+    return data.builder().node<ops::ScatterElements>({data, indices, updates}, ops::ScatterElementsAttrs{axis});
+}
+Value scatter_nd(const Value& data, const Value& indices, const Value& updates) {
+    return data.builder().node<ops::ScatterND>({data, indices, updates}, ops::ScatterNDAttrs{});
+}
+
+// ops/arg_max.hpp, ops/arg_min.hpp
+Value argmax(const Value& x, int axis, bool keepdims, bool select_last_index) {
+    return x.builder().node<ops::ArgMax>({x}, ops::ArgMaxAttrs{axis, keepdims ? 1 : 0, select_last_index ? 1 : 0});
+}
+Value argmin(const Value& x, int axis, bool keepdims, bool select_last_index) {
+    return x.builder().node<ops::ArgMin>({x}, ops::ArgMinAttrs{axis, keepdims ? 1 : 0, select_last_index ? 1 : 0});
+}
+
 // ops/expand.hpp
 Value expand(const Value& x, std::vector<int> shape) {
     return x.builder().node<ops::Expand>({x}, ops::ExpandAttrs{{std::move(shape)}});

@@ -61,6 +61,8 @@
 #include "ops/abs.hpp"
 #include "ops/add.hpp"
 #include "ops/alibi.hpp"
+#include "ops/arg_max.hpp"
+#include "ops/arg_min.hpp"
 #include "ops/attention_op.hpp"
 #include "ops/ceil.hpp"
 #include "ops/clip.hpp"
@@ -99,6 +101,8 @@
 #include "ops/rotary_embedding.hpp"
 #include "ops/round.hpp"
 #include "ops/scale.hpp"
+#include "ops/scatter_elements.hpp"
+#include "ops/scatter_nd.hpp"
 #include "ops/sigmoid.hpp"
 #include "ops/sign.hpp"
 #include "ops/sin.hpp"
@@ -120,7 +124,7 @@ inline constexpr auto builtin_ops =
                          Alibi, Neg, Exp, Log, Tanh, Erf, Sqrt, Pow, Sin, Cos, Mul, Sub, Div, Where, Equal, Less,
                          Greater, ReduceSum, ReduceMean, ReduceMax, Expand, Gather, Range, RMSNormalization,
                          LayerNormalization, RotaryEmbedding, Attention, Relu, Sigmoid, Abs, Clip, LeakyRelu, Softplus,
-                         Max, Min, Floor, Ceil, Round, Sign, Mod, CumSum>;
+                         Max, Min, Floor, Ceil, Round, Sign, Mod, CumSum, ScatterElements, ScatterND, ArgMax, ArgMin>;
 
 }  // namespace attngraph::ops
 
@@ -223,10 +227,19 @@ Value reduce_max(const Value& x, std::vector<int> axes = {}, bool keepdims = tru
 /// Running sums of x along `axis` (exclusive: each leaves its own element out; reverse: from
 /// the end).
 Value cumsum(const Value& x, int axis, bool exclusive = false, bool reverse = false);
+/// The position along `axis` of the largest (smallest) x: the first where several tie, the last
+/// with select_last_index; a NaN counts as the extreme. No gradient.
+Value argmax(const Value& x, int axis = 0, bool keepdims = true, bool select_last_index = false);
+Value argmin(const Value& x, int axis = 0, bool keepdims = true, bool select_last_index = false);
 /// x broadcast to `shape` (ONNX Expand: x's shape and `shape` broadcast together).
 Value expand(const Value& x, std::vector<int> shape);
 /// data taken along `axis` at `indices` (whole numbers, negative from the end; no gradient).
 Value gather(const Value& data, const Value& indices, int axis = 0);
+/// data with updates written where indices point (no gradient for indices; of two writes to one
+/// position the later is kept): along `axis`, indices and updates of one shape (a KV cache
+/// written at its positions); or slices data[t0, ..., tk-1] named by the tuples in indices' last axis.
+Value scatter_elements(const Value& data, const Value& indices, const Value& updates, int axis = 0);
+Value scatter_nd(const Value& data, const Value& indices, const Value& updates);
 /// [start, start + delta, ...) below `limit`: position indices as a tensor.
 Value range(GraphBuilder& g, double limit);
 Value range(GraphBuilder& g, double start, double limit, double delta = 1);

@@ -5,6 +5,8 @@
 // Sums accumulate in double, for f32 graphs too.
 // Legend: x (input) is reduced along `axes` to y; with keepdims the reduced axes stay as 1.
 #include <algorithm>
+#include <array>
+#include <cmath>
 #include <limits>
 #include <optional>
 #include <string>
@@ -179,6 +181,59 @@ struct ReduceOp {
                     const T g = kind == ReduceKind::mean ? dy[o] / static_cast<T>(count) : dy[o];
                     for (std::size_t r = 0; r < count; ++r) dx[b + w.inner[r]] += g;
                 }
+            }
+        });
+    }
+};
+
+/// ArgMax and ArgMin (ONNX's): y = the position along `axis` of the largest (smallest) x, the
+/// first one where several tie (the last with select_last_index); a NaN counts as the extreme,
+/// as numpy.argmax and numpy.argmin count it. keepdims (default 1) keeps the axis as 1. The
+/// positions are whole numbers in the graph's float type; x gets no gradient (y is piecewise
+/// constant). Legend: x (outer, len, inner) around the axis, y (outer, inner).
+template <class A, bool largest>
+struct ArgReduceOp {
+    static constexpr int min_inputs = 1, max_inputs = 1;
+    static constexpr std::array<int, 1> no_grad_inputs{0};
+
+    static Shape infer_shape(const A& a, const std::vector<Shape>& in) {
+        if (in[0].empty()) throw ShapeError("x must have at least one axis, got a scalar");
+        if (a.keepdims != 0 && a.keepdims != 1)
+            throw ShapeError("keepdims must be 0 or 1, got " + std::to_string(a.keepdims));
+        const std::size_t axis = normalize_axis(a.axis, in[0].size());
+        Shape y = in[0];
+        if (a.keepdims)
+            y[axis] = 1;
+        else
+            y.erase(y.begin() + static_cast<long>(axis));
+        return y;
+    }
+
+    static std::string formula(const A& a, const std::vector<std::string>& v) {
+        return std::string(largest ? "argmax(" : "argmin(") + v[0] + ", axis=" + std::to_string(a.axis) +
+               (a.keepdims ? "" : ", keepdims=0") + (a.select_last_index ? ", select_last_index=1" : "") + ")";
+    }
+
+    template <class T>
+    static void forward(const A& a, In<T> in, Out<T> out) {
+        const AxisLayout l = axis_layout(shape_of(*in[0]), normalize_axis(a.axis, in[0]->dimension()));
+        const T* x = in[0]->data();
+        T* y = out[0]->data();
+        const bool last = a.select_last_index != 0;
+        parallel_chunks(l.outer * l.inner, grain_for(l.len), [&](std::size_t r0, std::size_t r1) {
+            for (std::size_t r = r0; r < r1; ++r) {
+                const T* xr = x + (r / l.inner) * l.len * l.inner + r % l.inner;
+                std::size_t best = 0;
+                T b = xr[0];
+                for (std::size_t i = 1; i < l.len; ++i) {
+                    const T v = xr[i * l.inner];
+                    // a NaN is the extreme: the first one stays (the last, with select_last_index)
+                    const bool take = std::isnan(b)   ? last && std::isnan(v)
+                                      : std::isnan(v) ? true
+                                                      : (largest ? v > b : v < b) || (last && v == b);
+                    if (take) best = i, b = v;
+                }
+                y[r] = static_cast<T>(best);
             }
         });
     }

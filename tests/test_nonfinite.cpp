@@ -77,6 +77,8 @@ const std::vector<Case> cases = {
     {"Sign", nullptr, {{25}}, {true}, {false}},
     {"CumSum", {{"axis", 0}}, {{25}}, {true}, {true}},
     {"CumSum", {{"axis", 1}, {"exclusive", true}, {"reverse", true}}, {{5, 5}}, {true}, {true}},
+    {"ArgMax", {{"axis", 0}}, {{25}}, {true}, {false}},
+    {"ArgMin", {{"axis", 1}, {"select_last_index", 1}}, {{5, 5}}, {true}, {false}},
     {"Pow", {{"exponent", 0.5}}, {{25}}, {true}, {true}},
     {"Pow", {{"exponent", 3}}, {{25}}, {true}, {true}},
     {"Pow", {{"exponent", -1}}, {{25}}, {true}, {true}},

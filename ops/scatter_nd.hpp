@@ -1,0 +1,125 @@
+// ScatterND: y = data with slices of updates written where index tuples point (ONNX ScatterND,
+// reduction "none"; torch's index_put and `cache[:, pos] = k` export with it). Legend: data and
+// y (d0, ..., dr-1); indices (i0, ..., iq-2, k), k <= r: each of its i0·…·iq-2 rows is a tuple
+// naming a slice data[t0, ..., tk-1, :, ..., :] of shape (dk, ..., dr-1); updates is
+// (i0, ..., iq-2, dk, ..., dr-1), one slice per tuple. A tuple entry tj is a whole number in
+// [-dj, dj), negative from the end; one out of range is a ValueError naming it. Tuples are
+// written in order, so where two name one slice the later one is kept (ONNX leaves that open).
+// indices gets no gradient; ddata is dy outside the written slices, dupdates the slice of dy
+// each kept tuple wrote (0 for a tuple overwritten later).
+#pragma once
+#include <cmath>
+#include <cstdio>
+#include <vector>
+
+#include "ops/common.hpp"
+
+namespace attngraph::ops {
+struct ScatterNDAttrs {};
+}  // namespace attngraph::ops
+BOOST_HANA_ADAPT_STRUCT(attngraph::ops::ScatterNDAttrs);
+
+namespace attngraph::ops {
+
+struct ScatterND {
+    static constexpr const char* name = "ScatterND";
+    static constexpr int min_inputs = 3, max_inputs = 3;
+    static constexpr std::array<int, 1> no_grad_inputs{1};
+    using Attrs = ScatterNDAttrs;
+
+    static Shape infer_shape(const Attrs&, const std::vector<Shape>& in) {
+        const Shape &data = in[0], &indices = in[1], &updates = in[2];
+        if (data.empty()) throw ShapeError("data must have at least one axis, got a scalar");
+        if (indices.empty() || indices.back() < 1 || indices.back() > data.size())
+            throw ShapeError("indices (" + shape_str(indices) + ") must end in a tuple length from 1 to data's rank " +
+                             std::to_string(data.size()));
+        Shape want(indices.begin(), indices.end() - 1);
+        want.insert(want.end(), data.begin() + static_cast<long>(indices.back()), data.end());
+        if (updates != want)
+            throw ShapeError("updates (" + shape_str(updates) + ") must be (" + shape_str(want) + ") for data (" +
+                             shape_str(data) + ") and indices (" + shape_str(indices) + ")");
+        return data;
+    }
+
+    static std::string formula(const Attrs&, const std::vector<std::string>& v) {
+        return "scatter_nd(" + v[0] + ", " + v[1] + ", " + v[2] + ")";
+    }
+
+    /// The flat offset in data of the slice each tuple names, in order; the slice's length.
+    template <class T>
+    static std::vector<std::size_t> targets(const Array<T>& data, const Array<T>& indices, std::size_t& slice) {
+        const Shape ds = shape_of(data), is = shape_of(indices);
+        const std::size_t k = is.back(), tuples = indices.size() / k;
+        const auto strides = row_major_strides(ds);
+        slice = strides[k - 1];  // the product of data's axes k, ..., r-1
+        std::vector<std::size_t> at(tuples);
+        for (std::size_t t = 0; t < tuples; ++t) {
+            std::size_t off = 0;
+            for (std::size_t j = 0; j < k; ++j) {
+                const T v = indices.data()[t * k + j];
+                const double n = static_cast<double>(ds[j]);
+                if (!(static_cast<double>(v) >= -n && static_cast<double>(v) < n && std::trunc(v) == v))
+                    bad_index(indices, ds, t * k + j, j);
+                const long i = static_cast<long>(v);
+                off += static_cast<std::size_t>(i < 0 ? i + static_cast<long>(ds[j]) : i) * strides[j];
+            }
+            at[t] = off;
+        }
+        return at;
+    }
+
+    template <class T>
+    static void forward(const Attrs&, In<T> in, Out<T> out) {
+        std::size_t slice = 0;
+        const std::vector<std::size_t> at = targets(*in[0], *in[1], slice);  // (checks before writing)
+        const T* x = in[0]->data();
+        const T* u = in[2]->data();
+        T* y = out[0]->data();
+        parallel_chunks(in[0]->size(), grain_for(1),
+                        [&](std::size_t i0, std::size_t i1) { std::copy(x + i0, x + i1, y + i0); });
+        for (std::size_t t = 0; t < at.size(); ++t)  // in order: the last write stays
+            std::copy(u + t * slice, u + (t + 1) * slice, y + at[t]);
+    }
+
+    // in the forward pass this was: y = data, then y[at[t] .. + slice) = updates[t] for t in
+    // order. ddata += dy outside the written slices; dupdates[t] += dy's slice for the t kept.
+    template <class T>
+    static void backward(const Attrs&, In<T> in, In<T>, In<T> dout, Out<T> din) {
+        std::size_t slice = 0;
+        const std::vector<std::size_t> at = targets(*in[0], *in[1], slice);
+        // the tuple kept at each slice start (slices of one length either coincide or are disjoint)
+        std::vector<std::size_t> writer(in[0]->size() / slice, at.size());
+        for (std::size_t t = 0; t < at.size(); ++t) writer[at[t] / slice] = t;
+        const T* dy = dout[0]->data();
+        if (din[0]) {
+            T* dx = din[0]->data();
+            parallel_chunks(writer.size(), grain_for(slice), [&](std::size_t s0, std::size_t s1) {
+                for (std::size_t s = s0; s < s1; ++s)
+                    if (writer[s] == at.size())
+                        for (std::size_t i = s * slice; i < (s + 1) * slice; ++i) dx[i] += dy[i];
+            });
+        }
+        if (din[2]) {
+            T* du = din[2]->data();
+            for (std::size_t t = 0; t < at.size(); ++t)
+                if (writer[at[t] / slice] == t)
+                    for (std::size_t i = 0; i < slice; ++i) du[t * slice + i] += dy[at[t] + i];
+        }
+    }
+
+private:
+    template <class T>
+    [[noreturn]] static void bad_index(const Array<T>& indices, const Shape& data, std::size_t p, std::size_t axis) {
+        const T v = indices.data()[p];
+        const bool whole = std::isfinite(v) && std::trunc(v) == v;
+        char buf[64];
+        std::snprintf(buf, sizeof buf, "%.17g", static_cast<double>(v));
+        const long n = static_cast<long>(data[axis]);
+        throw ValueError(std::string("index ") + buf + " at flat position " + std::to_string(p) + " of indices (" +
+                         shape_str(shape_of(indices)) + ") is " + (whole ? "out of range" : "not a whole number") +
+                         " for axis " + std::to_string(axis) + " of size " + std::to_string(n) +
+                         " (allowed: " + std::to_string(-n) + " to " + std::to_string(n - 1) + ")");
+    }
+};
+
+}  // namespace attngraph::ops
