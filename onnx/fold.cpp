@@ -282,6 +282,9 @@ bool foldable(const std::string& op) {
                                               "CumSum",
                                               "Trilu",
                                               "Sign",
+                                              "Round",
+                                              "ScatterElements",
+                                              "ScatterND",
                                               "IsInf",
                                               "IsNaN"};
     return ops.count(op) > 0;
@@ -743,6 +746,60 @@ std::vector<OnnxTensor> fold(const onnx::NodeProto& node, const std::vector<cons
                 return integral ? std::trunc(a / b) : a / b;
             },
             where)};
+    if (op == "ScatterElements" || op == "ScatterND") {
+        // as attngraph's ScatterElements and ScatterND (ops/scatter_*.hpp): data with updates
+        // written in order, an index a whole number in [-len, len)
+        if (const auto* r = find_attr(node, "reduction"); r && r->s() != "none")
+            throw GraphError(where + ": reduction '" + r->s() + "' is not supported (only 'none')");
+        OnnxTensor y = arg(0);
+        const OnnxTensor &idx = arg(1), &upd = arg(2);
+        const std::size_t rank = y.shape.size();
+        if (rank == 0) throw ShapeError(where + ": data must have at least one axis");
+        std::vector<std::size_t> strides(rank, 1);
+        for (std::size_t d = rank; d-- > 1;) strides[d - 1] = strides[d] * static_cast<std::size_t>(y.shape[d]);
+        auto position = [&](double v, std::int64_t len) {
+            if (!(v >= -double(len) && v < double(len) && std::trunc(v) == v))  // NaN too
+                throw ShapeError(where + ": index " + std::to_string(v) + " is out of range for an axis of length " +
+                                 std::to_string(len));
+            const auto i = static_cast<std::int64_t>(v);
+            return static_cast<std::size_t>(i < 0 ? i + len : i);
+        };
+        if (op == "ScatterElements") {
+            const auto axis = static_cast<std::size_t>(norm_axis(attr_int(node, "axis", 0), rank, where));
+            if (idx.shape != upd.shape || idx.shape.size() != rank)
+                throw ShapeError(where + ": indices and updates must have one shape of data's rank");
+            std::vector<std::size_t> at(rank, 0);
+            for (std::size_t e = 0; e < idx.values.size(); ++e) {
+                std::size_t off = 0;
+                for (std::size_t d = 0; d < rank; ++d) {
+                    if (d != axis && at[d] >= static_cast<std::size_t>(y.shape[d]))
+                        throw ShapeError(where + ": indices is longer than data on axis " + std::to_string(d));
+                    off += (d == axis ? position(idx.values[e], y.shape[axis]) : at[d]) * strides[d];
+                }
+                y.values[off] = upd.values[e];
+                for (std::size_t d = rank; d-- > 0;) {
+                    if (++at[d] < static_cast<std::size_t>(idx.shape[d])) break;
+                    at[d] = 0;
+                }
+            }
+        } else {
+            if (idx.shape.empty() || idx.shape.back() < 1 || static_cast<std::size_t>(idx.shape.back()) > rank)
+                throw ShapeError(where + ": indices must end in a tuple length from 1 to data's rank");
+            const auto k = static_cast<std::size_t>(idx.shape.back());
+            const std::size_t slice = strides[k - 1], tuples = idx.values.size() / k;
+            I64 want(idx.shape.begin(), idx.shape.end() - 1);
+            want.insert(want.end(), y.shape.begin() + static_cast<long>(k), y.shape.end());
+            if (upd.shape != want) throw ShapeError(where + ": updates must hold one slice of data per index tuple");
+            for (std::size_t t = 0; t < tuples; ++t) {
+                std::size_t off = 0;
+                for (std::size_t j = 0; j < k; ++j) off += position(idx.values[t * k + j], y.shape[j]) * strides[j];
+                std::copy(upd.values.begin() + static_cast<long>(t * slice),
+                          upd.values.begin() + static_cast<long>((t + 1) * slice),
+                          y.values.begin() + static_cast<long>(off));
+            }
+        }
+        return {y};
+    }
     if (op == "Mod")
         return {binary(
             arg(0), arg(1), t0,
@@ -791,7 +848,9 @@ std::vector<OnnxTensor> fold(const onnx::NodeProto& node, const std::vector<cons
     if (op == "Not") return {unary(arg(0), [](double a) { return a == 0 ? 1.0 : 0.0; })};
     if (op == "Neg") return {unary(arg(0), [](double a) { return -a; })};
     if (op == "Abs") return {unary(arg(0), [](double a) { return std::fabs(a); })};
-    if (op == "Sign") return {unary(arg(0), [](double a) { return double((a > 0) - (a < 0)); })};
+    // numpy.sign: NaN stays NaN, as attngraph's Sign
+    if (op == "Sign") return {unary(arg(0), [](double a) { return std::isnan(a) ? a : double((a > 0) - (a < 0)); })};
+    if (op == "Round") return {unary(arg(0), [](double a) { return std::nearbyint(a); })};  // halves to even
     if (op == "Sqrt") return {unary_op<ops::Sqrt>(arg(0), [](double a) { return std::sqrt(a); })};
     if (op == "Exp") return {unary_op<ops::Exp>(arg(0), [](double a) { return std::exp(a); })};
     if (op == "Log") return {unary_op<ops::Log>(arg(0), [](double a) { return std::log(a); })};

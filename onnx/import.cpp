@@ -20,6 +20,8 @@
 #include "onnx/attention.hpp"
 #include "onnx/einsum.hpp"
 #include "onnx/fold.hpp"
+#include "ops/scatter_elements.hpp"
+#include "ops/scatter_nd.hpp"
 
 namespace attngraph {
 
@@ -1373,6 +1375,54 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
         emit("Gather", name, {materialize(input(0)), materialize(input(1))},
              {{"axis", static_cast<std::int64_t>(axis)}});
         define(out0, name, s, et);
+        return;
+    }
+    if (op == "ArgMax" || op == "ArgMin") {
+        check_attrs({"axis", "keepdims", "select_last_index"});
+        const Value& x = arg(0);
+        if (x.shape.empty())
+            throw ShapeError(where + ": " + op + " takes a tensor of rank 1 or more; shapes " + shapes_text());
+        const auto axis = normalize(attr_int(node, "axis", 0), x.shape.size(), where);
+        const bool keep = attr_int(node, "keepdims", 1) != 0;
+        Shape s = x.shape;
+        if (keep)
+            s[static_cast<std::size_t>(axis)] = 1;
+        else
+            s.erase(s.begin() + axis);
+        const std::string name = out_name(0);
+        emit(op, name, {materialize(input(0))},
+             {{"axis", axis},
+              {"keepdims", keep ? 1 : 0},
+              {"select_last_index", attr_int(node, "select_last_index", 0) != 0 ? 1 : 0}});
+        define(out0, name, s, TP::INT64);
+        return;
+    }
+    if (op == "ScatterElements" || op == "ScatterND") {
+        // attngraph's ops of the same names (indices: computed ones too, checked when the graph
+        // runs; constant ones become a param); reduction "none" only
+        if (op == "ScatterND")
+            check_attrs({"reduction"});
+        else
+            check_attrs({"axis", "reduction"});
+        if (const auto* r = onnx_fold::find_attr(node, "reduction"); r && r->s() != "none")
+            throw GraphError(where + ": reduction '" + r->s() + "' is not supported (only 'none'); shapes " +
+                             shapes_text());
+        const std::string name = out_name(0);
+        const std::vector<Shape> shapes = {arg(0).shape, arg(1).shape, arg(2).shape};
+        json attrs = json::object();
+        try {  // the ops' own shape rules, so that a mismatch is the node's import error
+            if (op == "ScatterElements") {
+                const auto axis = normalize(attr_int(node, "axis", 0), arg(0).shape.size(), where);
+                ops::ScatterElements::infer_shape({static_cast<int>(axis)}, shapes);
+                attrs["axis"] = axis;
+            } else {
+                ops::ScatterND::infer_shape({}, shapes);
+            }
+        } catch (const ShapeError& e) {
+            throw ShapeError(where + ": " + e.what());
+        }
+        emit(op, name, {materialize(input(0)), materialize(input(1)), materialize(input(2))}, attrs);
+        define(out0, name, arg(0).shape, et);
         return;
     }
     if (op == "RMSNormalization" || op == "LayerNormalization") {

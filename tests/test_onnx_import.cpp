@@ -9,6 +9,7 @@
 #include <limits>
 #include <map>
 #include <set>
+#include <tuple>
 
 #include <onnx/onnx_pb.h>
 
@@ -1445,9 +1446,14 @@ BOOST_AUTO_TEST_CASE(step_functions_mod_integer_casts_and_division_match_c_and_o
     add_node(g, "Div", {"I", "J"}, {"IDIV"});
     add_node(g, "Mod", {"I", "J"}, {"IMOD"});
     add_node(g, "CumSum", {"I", "ax1"}, {"ICUM"});
-    const std::vector<std::string> ints = {"I", "IDIV", "IMOD", "ICUM"};
+    attr_int(add_node(g, "ArgMax", {"X"}, {"AMAX"}), "axis", 1);
+    auto* amin = add_node(g, "ArgMin", {"X"}, {"AMIN"});
+    attr_int(amin, "axis", -1);
+    attr_int(amin, "keepdims", 0);
+    const std::vector<std::string> ints = {"I", "IDIV", "IMOD", "ICUM", "AMAX", "AMIN"};
     for (const auto& i : ints) attr_int(add_node(g, "Cast", {i}, {i + "F"}), "to", TP::FLOAT);
-    const std::vector<std::string> outs = {"Floor", "Ceil", "Round", "Sign", "FMOD", "IF", "IDIVF", "IMODF", "ICUMF"};
+    const std::vector<std::string> outs = {"Floor", "Ceil",  "Round", "Sign",  "FMOD", "IF",
+                                           "IDIVF", "IMODF", "ICUMF", "AMAXF", "AMINF"};
     for (const auto& o : outs) add_output(g, o);
     onnx::ModelProto m = model_of(g);
     m.mutable_opset_import(0)->set_version(18);
@@ -1482,6 +1488,13 @@ BOOST_AUTO_TEST_CASE(step_functions_mod_integer_casts_and_division_match_c_and_o
                        name << "[" << e << "] = " << t.at_flat(e) << ", want " << w);
         }
     }
+    // the rows' largest, 2.5 and 7.9, at 0; their smallest, -7.25 and -3.5, at 3
+    for (const auto& [name, want] : std::map<std::string, std::vector<double>>{{"AMAXF", {0, 0}}, {"AMINF", {3, 3}}}) {
+        const Tensor t = load_npy(tmp.path / "t" / (name + ".npy"));
+        BOOST_TEST_REQUIRE(t.size() == 2u, name);
+        for (std::size_t row = 0; row < 2; ++row) BOOST_TEST(t.at_flat(row) == want[row], name << "[" << row << "]");
+    }
+    BOOST_TEST((load_npy(tmp.path / "t" / "AMAXF.npy").shape() == Shape{2, 1}));
     const OrtCheck ort = ort_check(tmp.path / "steps.onnx", tmp.path / "t", "1e-6");
     BOOST_TEST(ort.status == 0, ort.report);
     BOOST_TEST(ort.lines() == static_cast<long>(outs.size()), ort.report);
@@ -1489,6 +1502,106 @@ BOOST_AUTO_TEST_CASE(step_functions_mod_integer_casts_and_division_match_c_and_o
     BOOST_TEST_REQUIRE(d.code == 0, d.err);
     const Tensor dx = load_npy(grad_file(tmp.path / "g", "X"));
     for (std::size_t e = 0; e < 8; ++e) BOOST_TEST(dx.at_flat(e) == 1.0, e << ": " << dx.at_flat(e));
+}
+
+// ScatterElements with computed indices (a float input cast to int64, as positions given at
+// run time) and with constant ones, ScatterND with constant tuples: against the positions in
+// the test and ONNX Runtime; the gradient of the sum of all three: data gets 1 per output that
+// left the element alone, each update 1 per output it landed in
+BOOST_AUTO_TEST_CASE(scatter_elements_and_scatter_nd_match_positions_onnx_runtime_and_their_gradients) {
+    TempDir tmp;
+    onnx::GraphProto g;
+    add_input(g, "D", {2, 6});
+    add_input(g, "U", {2, 2});
+    add_input(g, "P", {2, 2});
+    add_input(g, "W", {2});
+    attr_int(add_node(g, "Cast", {"P"}, {"Pi"}), "to", TP::INT64);
+    attr_int(add_node(g, "ScatterElements", {"D", "Pi", "U"}, {"SE"}), "axis", 1);
+    auto* ci = g.add_initializer();  // (2, 2) int64: columns 1, 3 of row 0; 3, 4 of row 1
+    ci->set_name("cols");
+    ci->set_data_type(TP::INT64);
+    for (auto d : {2, 2}) ci->add_dims(d);
+    for (auto v : {1, 3, 3, 4}) ci->add_int64_data(v);
+    attr_int(add_node(g, "ScatterElements", {"D", "cols", "U"}, {"SEC"}), "axis", -1);
+    auto* ti = g.add_initializer();  // (2, 2) int64 tuples: (1, 4), (0, -1)
+    ti->set_name("tuples");
+    ti->set_data_type(TP::INT64);
+    for (auto d : {2, 2}) ti->add_dims(d);
+    for (auto v : {1, 4, 0, -1}) ti->add_int64_data(v);
+    add_node(g, "ScatterND", {"D", "tuples", "W"}, {"SN"});
+    for (const char* o : {"SE", "SEC", "SN"}) add_output(g, o);
+    onnx::ModelProto m = model_of(g);
+    m.mutable_opset_import(0)->set_version(18);
+    write(m, tmp.path / "scatter.onnx");
+    std::vector<float> d(12);
+    for (std::size_t i = 0; i < 12; ++i) d[i] = 0.5f * float(i) - 2;
+    const std::vector<float> u = {10, 11, 12, 13}, p = {5, 0, 2, -1}, w = {-7, -8};
+    save_npy(tmp.path / "D.npy",
+             Tensor(Array<float>({{d[0], d[1], d[2], d[3], d[4], d[5]}, {d[6], d[7], d[8], d[9], d[10], d[11]}})));
+    save_npy(tmp.path / "U.npy", Tensor(Array<float>({{u[0], u[1]}, {u[2], u[3]}})));
+    save_npy(tmp.path / "P.npy", Tensor(Array<float>({{p[0], p[1]}, {p[2], p[3]}})));
+    save_npy(tmp.path / "W.npy", Tensor(Array<float>({w[0], w[1]})));
+    const std::string inputs = " --input D=D.npy --input U=U.npy --input P=P.npy --input W=W.npy";
+    const CliResult r = run_cli("run scatter.onnx" + inputs + " --trace t", tmp.path);
+    BOOST_TEST_REQUIRE(r.code == 0, r.err);
+    // the positions each output writes: (row, column) <- the value
+    const std::map<std::string, std::vector<std::tuple<int, int, float>>> writes = {
+        {"SE", {{0, 5, u[0]}, {0, 0, u[1]}, {1, 2, u[2]}, {1, 5, u[3]}}},
+        {"SEC", {{0, 1, u[0]}, {0, 3, u[1]}, {1, 3, u[2]}, {1, 4, u[3]}}},
+        {"SN", {{1, 4, w[0]}, {0, 5, w[1]}}}};
+    std::vector<double> data_grad(12, 0);
+    for (const auto& [name, list] : writes) {
+        std::vector<double> want(d.begin(), d.end()), untouched(12, 1);
+        for (const auto& [row, col, v] : list) {
+            want[static_cast<std::size_t>(row * 6 + col)] = v;
+            untouched[static_cast<std::size_t>(row * 6 + col)] = 0;
+        }
+        for (std::size_t i = 0; i < 12; ++i) data_grad[i] += untouched[i];
+        const Tensor y = load_npy(tmp.path / "t" / (name + ".npy"));
+        BOOST_TEST_REQUIRE(y.size() == 12u, name);
+        for (std::size_t i = 0; i < 12; ++i) BOOST_TEST(y.at_flat(i) == want[i], name << "[" << i << "]");
+    }
+    const OrtCheck ort = ort_check(tmp.path / "scatter.onnx", tmp.path / "t", "0");
+    BOOST_TEST(ort.status == 0, ort.report);
+    BOOST_TEST(ort.lines() == 3, ort.report);
+    const CliResult gr = run_cli("grad scatter.onnx" + inputs + " --wrt D --wrt U --wrt W --trace g", tmp.path);
+    BOOST_TEST_REQUIRE(gr.code == 0, gr.err);
+    const Tensor dd = load_npy(grad_file(tmp.path / "g", "D")), du = load_npy(grad_file(tmp.path / "g", "U")),
+                 dw = load_npy(grad_file(tmp.path / "g", "W"));
+    for (std::size_t i = 0; i < 12; ++i) BOOST_TEST(dd.at_flat(i) == data_grad[i], "dD[" << i << "]");
+    for (std::size_t i = 0; i < 4; ++i) BOOST_TEST(du.at_flat(i) == 2.0, "dU[" << i << "]");
+    for (std::size_t i = 0; i < 2; ++i) BOOST_TEST(dw.at_flat(i) == 1.0, "dW[" << i << "]");
+    // a computed position out of range: one error line naming the node, at run time
+    save_npy(tmp.path / "bad.npy", Tensor(Array<float>({{6, 0}, {2, -1}})));
+    const CliResult bad =
+        run_cli("run scatter.onnx --input D=D.npy --input U=U.npy --input P=bad.npy --input W=W.npy", tmp.path);
+    BOOST_TEST(bad.code != 0);
+    BOOST_TEST(std::count(bad.err.begin(), bad.err.end(), '\n') == 1, bad.err);
+    BOOST_TEST(bad.err.find("SE") != std::string::npos, bad.err);
+    BOOST_TEST(bad.err.find("index 6 at flat position 0 of indices (2x2) is out of range for axis 1 of size 6") !=
+                   std::string::npos,
+               bad.err);
+    // a reduction, and updates that do not fit: one line each, at import
+    const auto model = [&](const std::string& file, auto&& build) {
+        onnx::GraphProto b;
+        add_input(b, "D", {2, 6});
+        add_input(b, "U", {2, 2});
+        b.add_initializer()->CopyFrom(*ci);
+        b.add_initializer()->CopyFrom(*ti);
+        build(b);
+        add_output(b, "Y");
+        onnx::ModelProto mb = model_of(b);
+        mb.mutable_opset_import(0)->set_version(18);
+        write(mb, tmp.path / file);
+    };
+    model("add.onnx", [](onnx::GraphProto& b) {
+        attr_string(add_node(b, "ScatterElements", {"D", "cols", "U"}, {"Y"}, "/se"), "reduction", "add");
+    });
+    expect_one_error(tmp, "check add.onnx", "add.onnx: node '/se' (ScatterElements): reduction 'add' is not supported");
+    model("fit.onnx", [](onnx::GraphProto& b) { add_node(b, "ScatterND", {"D", "tuples", "U"}, {"Y"}, "/sn"); });
+    expect_one_error(tmp, "check fit.onnx",
+                     "fit.onnx: node '/sn' (ScatterND): updates (2x2) must be (2) for data (2x6) and indices (2x2); "
+                     "shapes (2x6), (2x2), (2x2)");
 }
 
 // A graph output that is another value under a new name (Identity, a Cast that needs no node)

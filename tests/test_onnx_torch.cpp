@@ -203,14 +203,30 @@ BOOST_AUTO_TEST_CASE(ops_written_out_at_import_run_and_differentiate_like_pytorc
 
 BOOST_AUTO_TEST_CASE(step_functions_and_integer_arithmetic_run_and_differentiate_like_pytorch) {
     // floor, ceil, round, sign, remainder and fmod of computed floats, a float truncated to
-    // int64, position ids from an int64 mask (cumsum − 1) and their integer division, exported
+    // int64, position ids from an int64 mask (cumsum − 1) and their integer division, argmax
+    // and argmin, exported
     // at opset 17: the output and d sum(Y) / dx within 1e-5 of PyTorch's
     Exported ex;
     run_and_grad_like_torch(ex, "rounding", {"x", "mask"}, "x");
     const nlohmann::json manifest = nlohmann::json::parse(slurp(ex.tmp.path / "t" / "manifest.json"));
     std::set<std::string> ops;
     for (const auto& e : manifest["entries"]) ops.insert(e.value("op", std::string()));
-    for (const char* op : {"Floor", "Ceil", "Round", "Sign", "Mod", "CumSum"}) BOOST_TEST(ops.count(op) == 1u, op);
+    for (const char* op : {"Floor", "Ceil", "Round", "Sign", "Mod", "CumSum", "ArgMax", "ArgMin"})
+        BOOST_TEST(ops.count(op) == 1u, op);
+}
+
+BOOST_AUTO_TEST_CASE(a_static_kv_cache_written_at_run_time_positions_runs_and_differentiates_like_pytorch) {
+    // keys written with index_copy (ScatterElements), values with `cache[:, pos] = v`
+    // (ScatterND), at positions given as an int64 input, then attention over the cache: the
+    // output and the gradients of the new tokens and of the value cache within 1e-5 of PyTorch's
+    Exported ex;
+    run_and_grad_like_torch(ex, "kv_scatter", {"x", "pos", "cache_k", "cache_v"}, "x");
+    const nlohmann::json manifest = nlohmann::json::parse(slurp(ex.tmp.path / "t" / "manifest.json"));
+    std::set<std::string> ops;
+    for (const auto& e : manifest["entries"]) ops.insert(e.value("op", std::string()));
+    for (const char* op : {"ScatterElements", "ScatterND"}) BOOST_TEST(ops.count(op) == 1u, op);
+    for (const char* trace : {"t", "g"}) fs::remove_all(ex.tmp.path / trace);
+    run_and_grad_like_torch(ex, "kv_cache_grad", {"x", "pos", "cache_k", "cache_v"}, "cache_v");
 }
 
 BOOST_AUTO_TEST_SUITE_END()  // test_onnx_torch

@@ -281,7 +281,7 @@ class Rounding(torch.nn.Module):
     """The step functions and integer arithmetic a model computes at run time: floor, ceil,
     round, sign, remainder and fmod of floats; a float truncated to int64 (Cast); position ids
     from an int64 padding mask (CumSum, Sub) and an integer division of them (Div of int64,
-    which truncates)."""
+    which truncates); argmax and argmin."""
 
     def __init__(self, d=6):
         super().__init__()
@@ -294,10 +294,36 @@ class Rounding(torch.nn.Module):
         trunc = (5 * h).long().float()
         pos = mask.cumsum(-1) - 1
         halves = torch.div(pos * 7 - 9, 2, rounding_mode="trunc")
-        return torch.cat([h * pos.float(), steps, rem, trunc, halves.float()], dim=1)
+        picks = torch.cat([h.argmax(dim=1, keepdim=True), h.argmin(dim=1, keepdim=True)], dim=1).float()
+        return torch.cat([h * pos.float(), steps, rem, trunc, halves.float(), picks], dim=1)
 
 
 export_with("rounding", Rounding(), {"x": torch.randn(3, 6), "mask": torch.tensor([[1, 1, 1, 1, 0, 0],
                                                                                   [1, 1, 1, 1, 1, 1],
                                                                                   [0, 1, 1, 0, 1, 1]])},
             grad_of="x")
+
+
+class KvScatter(torch.nn.Module):
+    """A static KV cache written at positions given at run time, then read by attention: the
+    keys with index_copy (ScatterElements), the values with index_put (`cache[:, pos] = v`,
+    ScatterND)."""
+
+    def __init__(self, d=8):
+        super().__init__()
+        self.q, self.k, self.v = torch.nn.Linear(d, d), torch.nn.Linear(d, d), torch.nn.Linear(d, d)
+        self.d = d
+
+    def forward(self, x, pos, cache_k, cache_v):
+        keys = cache_k.index_copy(1, pos, self.k(x))
+        values = cache_v.clone()
+        values[:, pos] = self.v(x)
+        weights = torch.softmax(self.q(x) @ keys.transpose(1, 2) / self.d ** 0.5, dim=-1)
+        return weights @ values
+
+
+kv_inputs = {"x": torch.randn(1, 2, 8), "pos": torch.tensor([5, 2]), "cache_k": torch.randn(1, 7, 8),
+             "cache_v": torch.randn(1, 7, 8)}
+kv_scatter = KvScatter()
+export_with("kv_scatter", kv_scatter, kv_inputs, grad_of="x")
+export_with("kv_cache_grad", kv_scatter, kv_inputs, grad_of="cache_v")
