@@ -309,6 +309,14 @@ private:
             attr(node("Cast", {in[1]}, {idx}), "to", TP::INT64);
             auto* s = node(n.op->name, {in[0], idx, in[2]}, {name});
             if (const auto* se = n.attrs_if<ops::ScatterElements>()) attr(s, "axis", se->axis);
+        } else if (const auto* topk = n.attrs_if<ops::TopK>()) {
+            // K an int64 input there; the positions int64 in ONNX, cast back to the float type
+            const std::string positions = fresh(name + ".positions");
+            auto* t = node("TopK", {in[0], ints(name + ".k", {topk->k.value})}, {name + ":0", positions});
+            attr(t, "axis", std::int64_t{topk->axis});
+            attr(t, "largest", std::int64_t{topk->largest});
+            attr(t, "sorted", std::int64_t{1});
+            attr(node("Cast", {positions}, {name + ":1"}), "to", m_float);
         } else if (n.is<ops::ArgMax>() || n.is<ops::ArgMin>()) {
             // int64 positions in ONNX, the graph's float type here: cast back
             const auto write = [&](const auto& a) {

@@ -455,10 +455,10 @@ public:
                 emit("Reshape", n, {p}, {{"shape", to_i64(it->second.shape)}});
                 outputs.push_back(n);
                 m_out.names.emplace_back(vi.name(), n);
-            } else if (m_aliased.count(vi.name())) {
+            } else if (it->second.name != sanitize_onnx_name(vi.name())) {
                 // another value under the output's name (Identity, Dropout, a Cast that needs no
-                // node): a node of that name passes it on, so that runs and traces show the
-                // output under the name the model gives it
+                // node) or one output of several (NAME:k): a node of that name passes it on, so
+                // that runs and traces show the output under the name the model gives it
                 const std::string n = unique(sanitize_onnx_name(vi.name()));
                 emit("Reshape", n, {it->second.name}, {{"shape", to_i64(it->second.shape)}});
                 outputs.push_back(n);
@@ -646,7 +646,6 @@ private:
 
     void alias(const std::string& onnx_name, const Value& v) {
         m_values[onnx_name] = v;
-        m_aliased.insert(onnx_name);
         if (!v.is_const) m_out.names.emplace_back(onnx_name, v.name);
     }
 
@@ -662,7 +661,6 @@ private:
     std::map<std::string, Value> m_values;
     std::map<std::string, std::string> m_params;
     std::set<std::string> m_used;
-    std::set<std::string> m_aliased;    // ONNX values that are another value under a new name
     std::set<std::string> m_synthetic;  // constants made at import (a transposed weight), not ONNX values
     ImportedModel m_out;
 };
@@ -1375,6 +1373,30 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
         emit("Gather", name, {materialize(input(0)), materialize(input(1))},
              {{"axis", static_cast<std::int64_t>(axis)}});
         define(out0, name, s, et);
+        return;
+    }
+    if (op == "TopK") {
+        // K must fold to a constant (opset 10 on; an attribute before); positions are int64 values
+        check_attrs({"k", "axis", "largest", "sorted"});
+        const Value& x = arg(0);
+        if (x.shape.empty())
+            throw ShapeError(where + ": TopK takes a tensor of rank 1 or more; shapes " + shapes_text());
+        const std::vector<std::int64_t> k =
+            has(1) ? const_ints(1, "K") : std::vector<std::int64_t>{attr_int(node, "k", 0)};
+        const auto axis = normalize(attr_int(node, "axis", -1), x.shape.size(), where);
+        const std::size_t len = x.shape[static_cast<std::size_t>(axis)];
+        if (k.size() != 1 || k[0] < 1 || static_cast<std::uint64_t>(k[0]) > len)
+            throw ShapeError(where + ": K must be one number from 1 to " + std::to_string(len) +
+                             " (the axis' length; 0 would give empty outputs); shapes " + shapes_text());
+        // the node is OUT.topk (OUT: output 0's name), its values and positions OUT.topk:0 and
+        // OUT.topk:1, so that a graph output keeps its own name for the node passing it on
+        const std::string name = unique(sanitize_onnx_name(out0) + ".topk");
+        emit("TopK", name, {materialize(input(0))},
+             {{"k", k[0]}, {"axis", axis}, {"largest", attr_int(node, "largest", 1) != 0 ? 1 : 0}});
+        Shape s = x.shape;
+        s[static_cast<std::size_t>(axis)] = static_cast<std::size_t>(k[0]);
+        define(node.output(0), name + ":0", s, et);
+        if (node.output_size() > 1 && !node.output(1).empty()) define(node.output(1), name + ":1", s, TP::INT64);
         return;
     }
     if (op == "ArgMax" || op == "ArgMin") {

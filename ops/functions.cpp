@@ -284,6 +284,12 @@ Value argmin(const Value& x, int axis, bool keepdims, bool select_last_index) {
     return x.builder().node<ops::ArgMin>({x}, ops::ArgMinAttrs{axis, keepdims ? 1 : 0, select_last_index ? 1 : 0});
 }
 
+// ops/top_k.hpp
+std::vector<Value> topk(const Value& x, int k, int axis, bool largest, const std::string& name) {
+    Value node = x.builder().node<ops::TopK>({x}, ops::TopKAttrs{{k}, axis, largest ? 1 : 0, 1}, name);
+    return {node[0], node[1]};
+}
+
 // ops/expand.hpp
 Value expand(const Value& x, std::vector<int> shape) {
     return x.builder().node<ops::Expand>({x}, ops::ExpandAttrs{{std::move(shape)}});

@@ -113,6 +113,7 @@
 #include "ops/sqrt.hpp"
 #include "ops/sub.hpp"
 #include "ops/tanh.hpp"
+#include "ops/top_k.hpp"
 #include "ops/transpose.hpp"
 #include "ops/where.hpp"
 
@@ -124,7 +125,8 @@ inline constexpr auto builtin_ops =
                          Alibi, Neg, Exp, Log, Tanh, Erf, Sqrt, Pow, Sin, Cos, Mul, Sub, Div, Where, Equal, Less,
                          Greater, ReduceSum, ReduceMean, ReduceMax, Expand, Gather, Range, RMSNormalization,
                          LayerNormalization, RotaryEmbedding, Attention, Relu, Sigmoid, Abs, Clip, LeakyRelu, Softplus,
-                         Max, Min, Floor, Ceil, Round, Sign, Mod, CumSum, ScatterElements, ScatterND, ArgMax, ArgMin>;
+                         Max, Min, Floor, Ceil, Round, Sign, Mod, CumSum, ScatterElements, ScatterND, ArgMax, ArgMin,
+                         TopK>;
 
 }  // namespace attngraph::ops
 
@@ -231,6 +233,9 @@ Value cumsum(const Value& x, int axis, bool exclusive = false, bool reverse = fa
 /// with select_last_index; a NaN counts as the extreme. No gradient.
 Value argmax(const Value& x, int axis = 0, bool keepdims = true, bool select_last_index = false);
 Value argmin(const Value& x, int axis = 0, bool keepdims = true, bool select_last_index = false);
+/// The k largest (smallest) entries of x along `axis`, sorted, and their positions: {values,
+/// positions} (equal values by position; NaN above every number). The positions get no gradient.
+std::vector<Value> topk(const Value& x, int k, int axis = -1, bool largest = true, const std::string& name = "");
 /// x broadcast to `shape` (ONNX Expand: x's shape and `shape` broadcast together).
 Value expand(const Value& x, std::vector<int> shape);
 /// data taken along `axis` at `indices` (whole numbers, negative from the end; no gradient).

@@ -79,6 +79,8 @@ const std::vector<Case> cases = {
     {"CumSum", {{"axis", 1}, {"exclusive", true}, {"reverse", true}}, {{5, 5}}, {true}, {true}},
     {"ArgMax", {{"axis", 0}}, {{25}}, {true}, {false}},
     {"ArgMin", {{"axis", 1}, {"select_last_index", 1}}, {{5, 5}}, {true}, {false}},
+    {"TopK", {{"k", 7}}, {{25}}, {true}, {true}},
+    {"TopK", {{"k", 2}, {"axis", 0}, {"largest", 0}}, {{5, 5}}, {true}, {true}},
     {"Pow", {{"exponent", 0.5}}, {{25}}, {true}, {true}},
     {"Pow", {{"exponent", 3}}, {{25}}, {true}, {true}},
     {"Pow", {{"exponent", -1}}, {{25}}, {true}, {true}},

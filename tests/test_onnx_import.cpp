@@ -1428,12 +1428,12 @@ BOOST_AUTO_TEST_CASE(log_softmax_and_log_sum_exp_differentiate) {
 
 // ---- step functions, Mod, casts to integers, integer division --------------------------------
 
-// Floor, Ceil, Round, Sign and Mod (fmod 1) of computed floats; a float cast to int64
-// (truncated) and, of those integers, Div (truncating), Mod (fmod 0: the divisor's sign) and
-// CumSum, cast back to float: against the C library's functions and integer arithmetic in the
-// test, and ONNX Runtime for every output. d/dX of the sum of all: 1 from Mod's a, 0 through
-// the step functions and the cast.
-BOOST_AUTO_TEST_CASE(step_functions_mod_integer_casts_and_division_match_c_and_onnx_runtime) {
+// Floor, Ceil, Round, Sign and Mod (fmod 1) of computed floats, ArgMax, ArgMin and TopK; a
+// float cast to int64 (truncated) and, of those integers, Div (truncating), Mod (fmod 0: the
+// divisor's sign) and CumSum, cast back to float: against the C library's functions and integer
+// arithmetic in the test, and ONNX Runtime for every output. d/dX of the sum of all: 1 from
+// Mod's a, 1 more where TopK picked, 0 through the step functions, the casts and ArgMax/ArgMin.
+BOOST_AUTO_TEST_CASE(step_functions_mod_picks_integer_casts_and_division_match_c_and_onnx_runtime) {
     TempDir tmp;
     onnx::GraphProto g;
     add_input(g, "X", {2, 4});
@@ -1450,10 +1450,12 @@ BOOST_AUTO_TEST_CASE(step_functions_mod_integer_casts_and_division_match_c_and_o
     auto* amin = add_node(g, "ArgMin", {"X"}, {"AMIN"});
     attr_int(amin, "axis", -1);
     attr_int(amin, "keepdims", 0);
-    const std::vector<std::string> ints = {"I", "IDIV", "IMOD", "ICUM", "AMAX", "AMIN"};
+    add_init_i64(g, "two", {2});
+    add_node(g, "TopK", {"X", "two"}, {"TOPV", "TOPI"});
+    const std::vector<std::string> ints = {"I", "IDIV", "IMOD", "ICUM", "AMAX", "AMIN", "TOPI"};
     for (const auto& i : ints) attr_int(add_node(g, "Cast", {i}, {i + "F"}), "to", TP::FLOAT);
-    const std::vector<std::string> outs = {"Floor", "Ceil",  "Round", "Sign",  "FMOD", "IF",
-                                           "IDIVF", "IMODF", "ICUMF", "AMAXF", "AMINF"};
+    const std::vector<std::string> outs = {"Floor", "Ceil",  "Round", "Sign",  "FMOD", "IF",   "IDIVF",
+                                           "IMODF", "ICUMF", "AMAXF", "AMINF", "TOPV", "TOPIF"};
     for (const auto& o : outs) add_output(g, o);
     onnx::ModelProto m = model_of(g);
     m.mutable_opset_import(0)->set_version(18);
@@ -1495,13 +1497,24 @@ BOOST_AUTO_TEST_CASE(step_functions_mod_integer_casts_and_division_match_c_and_o
         for (std::size_t row = 0; row < 2; ++row) BOOST_TEST(t.at_flat(row) == want[row], name << "[" << row << "]");
     }
     BOOST_TEST((load_npy(tmp.path / "t" / "AMAXF.npy").shape() == Shape{2, 1}));
+    // the two largest of each row: 2.5, 0.5 at 0, 2; 7.9, 3 at 0, 2
+    const Tensor topv = load_npy(tmp.path / "t" / "TOPV.npy"), topi = load_npy(tmp.path / "t" / "TOPIF.npy");
+    const std::vector<double> top_values = {2.5, 0.5, 7.9f, 3}, top_positions = {0, 2, 0, 2};
+    BOOST_TEST_REQUIRE((topv.size() == 4u && topi.size() == 4u));
+    for (std::size_t i = 0; i < 4; ++i) {
+        BOOST_TEST(topv.at_flat(i) == top_values[i], i);
+        BOOST_TEST(topi.at_flat(i) == top_positions[i], i);
+    }
     const OrtCheck ort = ort_check(tmp.path / "steps.onnx", tmp.path / "t", "1e-6");
     BOOST_TEST(ort.status == 0, ort.report);
     BOOST_TEST(ort.lines() == static_cast<long>(outs.size()), ort.report);
     const CliResult d = run_cli("grad steps.onnx --input X=X.npy --wrt X --trace g", tmp.path);
     BOOST_TEST_REQUIRE(d.code == 0, d.err);
     const Tensor dx = load_npy(grad_file(tmp.path / "g", "X"));
-    for (std::size_t e = 0; e < 8; ++e) BOOST_TEST(dx.at_flat(e) == 1.0, e << ": " << dx.at_flat(e));
+    for (std::size_t e = 0; e < 8; ++e) {
+        const double want = e % 4 == 0 || e % 4 == 2 ? 2.0 : 1.0;  // TopK's picks get TOPV's 1 too
+        BOOST_TEST(dx.at_flat(e) == want, e << ": " << dx.at_flat(e));
+    }
 }
 
 // ScatterElements with computed indices (a float input cast to int64, as positions given at

@@ -203,15 +203,15 @@ BOOST_AUTO_TEST_CASE(ops_written_out_at_import_run_and_differentiate_like_pytorc
 
 BOOST_AUTO_TEST_CASE(step_functions_and_integer_arithmetic_run_and_differentiate_like_pytorch) {
     // floor, ceil, round, sign, remainder and fmod of computed floats, a float truncated to
-    // int64, position ids from an int64 mask (cumsum − 1) and their integer division, argmax
-    // and argmin, exported
+    // int64, position ids from an int64 mask (cumsum − 1) and their integer division, argmax,
+    // argmin and topk, exported
     // at opset 17: the output and d sum(Y) / dx within 1e-5 of PyTorch's
     Exported ex;
     run_and_grad_like_torch(ex, "rounding", {"x", "mask"}, "x");
     const nlohmann::json manifest = nlohmann::json::parse(slurp(ex.tmp.path / "t" / "manifest.json"));
     std::set<std::string> ops;
     for (const auto& e : manifest["entries"]) ops.insert(e.value("op", std::string()));
-    for (const char* op : {"Floor", "Ceil", "Round", "Sign", "Mod", "CumSum", "ArgMax", "ArgMin"})
+    for (const char* op : {"Floor", "Ceil", "Round", "Sign", "Mod", "CumSum", "ArgMax", "ArgMin", "TopK"})
         BOOST_TEST(ops.count(op) == 1u, op);
 }
 

@@ -281,7 +281,7 @@ class Rounding(torch.nn.Module):
     """The step functions and integer arithmetic a model computes at run time: floor, ceil,
     round, sign, remainder and fmod of floats; a float truncated to int64 (Cast); position ids
     from an int64 padding mask (CumSum, Sub) and an integer division of them (Div of int64,
-    which truncates); argmax and argmin."""
+    which truncates); argmax, argmin and topk."""
 
     def __init__(self, d=6):
         super().__init__()
@@ -295,7 +295,8 @@ class Rounding(torch.nn.Module):
         pos = mask.cumsum(-1) - 1
         halves = torch.div(pos * 7 - 9, 2, rounding_mode="trunc")
         picks = torch.cat([h.argmax(dim=1, keepdim=True), h.argmin(dim=1, keepdim=True)], dim=1).float()
-        return torch.cat([h * pos.float(), steps, rem, trunc, halves.float(), picks], dim=1)
+        top, at = h.topk(2, dim=1)
+        return torch.cat([h * pos.float(), steps, rem, trunc, halves.float(), picks, top, at.float()], dim=1)
 
 
 export_with("rounding", Rounding(), {"x": torch.randn(3, 6), "mask": torch.tensor([[1, 1, 1, 1, 0, 0],
