@@ -204,7 +204,13 @@ OnnxTensor transpose(const OnnxTensor& x, I64 perm, const std::string& where) {
     if (perm.size() != r)
         throw ShapeError(where + ": perm has " + std::to_string(perm.size()) + " axes for rank " + std::to_string(r));
     I64 shape(r);
-    for (std::size_t i = 0; i < r; ++i) shape[i] = x.shape[static_cast<std::size_t>(norm_axis(perm[i], r, where))];
+    std::vector<bool> seen(r, false);  // a permutation names each axis once (a repeat read past the data)
+    for (std::size_t i = 0; i < r; ++i) {
+        const auto a = static_cast<std::size_t>(norm_axis(perm[i], r, where));
+        if (seen[a]) throw ShapeError(where + ": perm repeats axis " + std::to_string(a));
+        seen[a] = true;
+        shape[i] = x.shape[a];
+    }
     const auto in_st = strides_of(x.shape);
     std::vector<double> v(x.values.size());
     std::vector<std::size_t> idx(r, 0);
