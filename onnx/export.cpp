@@ -130,6 +130,13 @@ private:
         for (auto x : v) a->add_ints(x);
     }
 
+    static void attr_string(onnx::NodeProto* n, const std::string& name, const std::string& v) {
+        auto* a = n->add_attribute();
+        a->set_name(name);
+        a->set_type(onnx::AttributeProto::STRING);
+        a->set_s(v);
+    }
+
     static void attr_float(onnx::NodeProto* n, const std::string& name, double v) {
         auto* a = n->add_attribute();
         a->set_name(name);
@@ -308,7 +315,12 @@ private:
             const std::string idx = fresh(name + ".indices");
             attr(node("Cast", {in[1]}, {idx}), "to", TP::INT64);
             auto* s = node(n.op->name, {in[0], idx, in[2]}, {name});
-            if (const auto* se = n.attrs_if<ops::ScatterElements>()) attr(s, "axis", se->axis);
+            if (const auto* se = n.attrs_if<ops::ScatterElements>()) {
+                attr(s, "axis", se->axis);
+                if (se->reduction != "none") attr_string(s, "reduction", se->reduction);
+            } else if (const auto* sn = n.attrs_if<ops::ScatterND>(); sn->reduction != "none") {
+                attr_string(s, "reduction", sn->reduction);
+            }
         } else if (const auto* topk = n.attrs_if<ops::TopK>()) {
             // K an int64 input there; the positions int64 in ONNX, cast back to the float type
             const std::string positions = fresh(name + ".positions");

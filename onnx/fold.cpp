@@ -12,6 +12,7 @@
 #include "ops/cos.hpp"
 #include "ops/exp.hpp"
 #include "ops/log.hpp"
+#include "ops/scatter_reduction.hpp"
 #include "ops/sin.hpp"
 #include "ops/sqrt.hpp"
 #include "ops/tanh.hpp"
@@ -754,9 +755,13 @@ std::vector<OnnxTensor> fold(const onnx::NodeProto& node, const std::vector<cons
             where)};
     if (op == "ScatterElements" || op == "ScatterND") {
         // as attngraph's ScatterElements and ScatterND (ops/scatter_*.hpp): data with updates
-        // written in order, an index a whole number in [-len, len)
-        if (const auto* r = find_attr(node, "reduction"); r && r->s() != "none")
-            throw GraphError(where + ": reduction '" + r->s() + "' is not supported (only 'none')");
+        // written in order (combined by `reduction`), an index a whole number in [-len, len)
+        ops::scatter::Reduction reduce = ops::scatter::Reduction::none;
+        if (const auto* r = find_attr(node, "reduction")) try {
+                reduce = ops::scatter::reduction(r->s());
+            } catch (const GraphError& e) {
+                throw GraphError(where + ": " + e.what());
+            }
         OnnxTensor y = arg(0);
         const OnnxTensor &idx = arg(1), &upd = arg(2);
         const std::size_t rank = y.shape.size();
@@ -782,7 +787,7 @@ std::vector<OnnxTensor> fold(const onnx::NodeProto& node, const std::vector<cons
                         throw ShapeError(where + ": indices is longer than data on axis " + std::to_string(d));
                     off += (d == axis ? position(idx.values[e], y.shape[axis]) : at[d]) * strides[d];
                 }
-                y.values[off] = upd.values[e];
+                y.values[off] = ops::scatter::combine(reduce, y.values[off], upd.values[e]);
                 for (std::size_t d = rank; d-- > 0;) {
                     if (++at[d] < static_cast<std::size_t>(idx.shape[d])) break;
                     at[d] = 0;
@@ -799,9 +804,8 @@ std::vector<OnnxTensor> fold(const onnx::NodeProto& node, const std::vector<cons
             for (std::size_t t = 0; t < tuples; ++t) {
                 std::size_t off = 0;
                 for (std::size_t j = 0; j < k; ++j) off += position(idx.values[t * k + j], y.shape[j]) * strides[j];
-                std::copy(upd.values.begin() + static_cast<long>(t * slice),
-                          upd.values.begin() + static_cast<long>((t + 1) * slice),
-                          y.values.begin() + static_cast<long>(off));
+                for (std::size_t i = 0; i < slice; ++i)
+                    y.values[off + i] = ops::scatter::combine(reduce, y.values[off + i], upd.values[t * slice + i]);
             }
         }
         return {y};

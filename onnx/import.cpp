@@ -1421,27 +1421,28 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
     }
     if (op == "ScatterElements" || op == "ScatterND") {
         // attngraph's ops of the same names (indices: computed ones too, checked when the graph
-        // runs; constant ones become a param); reduction "none" only
+        // runs; constant ones become a param); every reduction
         if (op == "ScatterND")
             check_attrs({"reduction"});
         else
             check_attrs({"axis", "reduction"});
-        if (const auto* r = onnx_fold::find_attr(node, "reduction"); r && r->s() != "none")
-            throw GraphError(where + ": reduction '" + r->s() + "' is not supported (only 'none'); shapes " +
-                             shapes_text());
+        const auto* r = onnx_fold::find_attr(node, "reduction");
+        const std::string reduction = r ? r->s() : "none";
         const std::string name = out_name(0);
         const std::vector<Shape> shapes = {arg(0).shape, arg(1).shape, arg(2).shape};
-        json attrs = json::object();
-        try {  // the ops' own shape rules, so that a mismatch is the node's import error
+        json attrs = {{"reduction", reduction}};
+        try {  // the ops' own rules, so that a mismatch is the node's import error
             if (op == "ScatterElements") {
                 const auto axis = normalize(attr_int(node, "axis", 0), arg(0).shape.size(), where);
-                ops::ScatterElements::infer_shape({static_cast<int>(axis)}, shapes);
+                ops::ScatterElements::infer_shape({static_cast<int>(axis), reduction}, shapes);
                 attrs["axis"] = axis;
             } else {
-                ops::ScatterND::infer_shape({}, shapes);
+                ops::ScatterND::infer_shape({reduction}, shapes);
             }
         } catch (const ShapeError& e) {
             throw ShapeError(where + ": " + e.what());
+        } catch (const GraphError& e) {
+            throw GraphError(where + ": " + e.what());
         }
         emit(op, name, {materialize(input(0)), materialize(input(1)), materialize(input(2))}, attrs);
         define(out0, name, arg(0).shape, et);

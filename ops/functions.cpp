@@ -269,11 +269,13 @@ Value cumsum(const Value& x, int axis, bool exclusive, bool reverse) {
 }
 
 // ops/scatter_elements.hpp, ops/scatter_nd.hpp
-Value scatter_elements(const Value& data, const Value& indices, const Value& updates, int axis) {
-    return data.builder().node<ops::ScatterElements>({data, indices, updates}, ops::ScatterElementsAttrs{axis});
+Value scatter_elements(const Value& data, const Value& indices, const Value& updates, int axis,
+                       const std::string& reduction) {
+    return data.builder().node<ops::ScatterElements>({data, indices, updates},
+                                                     ops::ScatterElementsAttrs{axis, reduction});
 }
-Value scatter_nd(const Value& data, const Value& indices, const Value& updates) {
-    return data.builder().node<ops::ScatterND>({data, indices, updates}, ops::ScatterNDAttrs{});
+Value scatter_nd(const Value& data, const Value& indices, const Value& updates, const std::string& reduction) {
+    return data.builder().node<ops::ScatterND>({data, indices, updates}, ops::ScatterNDAttrs{reduction});
 }
 
 // ops/arg_max.hpp, ops/arg_min.hpp

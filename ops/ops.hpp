@@ -243,8 +243,11 @@ Value gather(const Value& data, const Value& indices, int axis = 0);
 /// data with updates written where indices point (no gradient for indices; of two writes to one
 /// position the later is kept): along `axis`, indices and updates of one shape (a KV cache
 /// written at its positions); or slices data[t0, ..., tk-1] named by the tuples in indices' last axis.
-Value scatter_elements(const Value& data, const Value& indices, const Value& updates, int axis = 0);
-Value scatter_nd(const Value& data, const Value& indices, const Value& updates);
+/// `reduction` "add", "mul", "max" or "min" combines each write with what is there, in order
+/// (scatter_add, scatter_reduce; gradients as torch's, ops/scatter_reduction.hpp).
+Value scatter_elements(const Value& data, const Value& indices, const Value& updates, int axis = 0,
+                       const std::string& reduction = "none");
+Value scatter_nd(const Value& data, const Value& indices, const Value& updates, const std::string& reduction = "none");
 /// [start, start + delta, ...) below `limit`: position indices as a tensor.
 Value range(GraphBuilder& g, double limit);
 Value range(GraphBuilder& g, double start, double limit, double delta = 1);

@@ -1,23 +1,28 @@
-// ScatterND: y = data with slices of updates written where index tuples point (ONNX ScatterND,
-// reduction "none"; torch's index_put and `cache[:, pos] = k` export with it). Legend: data and
+// ScatterND: y = data with slices of updates written where index tuples point (ONNX ScatterND;
+// torch's index_put and `cache[:, pos] = k` export with it; with `reduction` add, mul, max or
+// min a write combines with what is there, index_put(accumulate=True) is add). Legend: data and
 // y (d0, ..., dr-1); indices (i0, ..., iq-2, k), k <= r: each of its i0·…·iq-2 rows is a tuple
 // naming a slice data[t0, ..., tk-1, :, ..., :] of shape (dk, ..., dr-1); updates is
 // (i0, ..., iq-2, dk, ..., dr-1), one slice per tuple. A tuple entry tj is a whole number in
 // [-dj, dj), negative from the end; one out of range is a ValueError naming it. Tuples are
-// written in order, so where two name one slice the later one is kept (ONNX leaves that open).
-// indices gets no gradient; ddata is dy outside the written slices, dupdates the slice of dy
-// each kept tuple wrote (0 for a tuple overwritten later).
+// written in order, so where two name one slice the later one is kept (ONNX leaves that open)
+// and reductions round in that order. indices gets no gradient; ddata and dupdates are in
+// ops/scatter_reduction.hpp (reduction none: ddata is dy outside the written slices, dupdates
+// the slice of dy each kept tuple wrote, 0 for a tuple overwritten later).
 #pragma once
 #include <cmath>
 #include <cstdio>
 #include <vector>
 
 #include "ops/common.hpp"
+#include "ops/scatter_reduction.hpp"
 
 namespace attngraph::ops {
-struct ScatterNDAttrs {};
+struct ScatterNDAttrs {
+    std::string reduction = "none";  ///< none, add, mul, max, min (ops/scatter_reduction.hpp)
+};
 }  // namespace attngraph::ops
-BOOST_HANA_ADAPT_STRUCT(attngraph::ops::ScatterNDAttrs);
+BOOST_HANA_ADAPT_STRUCT(attngraph::ops::ScatterNDAttrs, reduction);
 
 namespace attngraph::ops {
 
@@ -27,8 +32,9 @@ struct ScatterND {
     static constexpr std::array<int, 1> no_grad_inputs{1};
     using Attrs = ScatterNDAttrs;
 
-    static Shape infer_shape(const Attrs&, const std::vector<Shape>& in) {
+    static Shape infer_shape(const Attrs& a, const std::vector<Shape>& in) {
         const Shape &data = in[0], &indices = in[1], &updates = in[2];
+        scatter::reduction(a.reduction);  // (a known one)
         if (data.empty()) throw ShapeError("data must have at least one axis, got a scalar");
         if (indices.empty() || indices.back() < 1 || indices.back() > data.size())
             throw ShapeError("indices (" + shape_str(indices) + ") must end in a tuple length from 1 to data's rank " +
@@ -41,8 +47,9 @@ struct ScatterND {
         return data;
     }
 
-    static std::string formula(const Attrs&, const std::vector<std::string>& v) {
-        return "scatter_nd(" + v[0] + ", " + v[1] + ", " + v[2] + ")";
+    static std::string formula(const Attrs& a, const std::vector<std::string>& v) {
+        return "scatter_nd(" + v[0] + ", " + v[1] + ", " + v[2] +
+               (a.reduction == "none" ? "" : ", reduction=" + a.reduction) + ")";
     }
 
     /// The flat offset in data of the slice each tuple names, in order; the slice's length.
@@ -69,42 +76,20 @@ struct ScatterND {
     }
 
     template <class T>
-    static void forward(const Attrs&, In<T> in, Out<T> out) {
+    static void forward(const Attrs& a, In<T> in, Out<T> out) {
         std::size_t slice = 0;
         const std::vector<std::size_t> at = targets(*in[0], *in[1], slice);  // (checks before writing)
-        const T* x = in[0]->data();
-        const T* u = in[2]->data();
-        T* y = out[0]->data();
-        parallel_chunks(in[0]->size(), grain_for(1),
-                        [&](std::size_t i0, std::size_t i1) { std::copy(x + i0, x + i1, y + i0); });
-        for (std::size_t t = 0; t < at.size(); ++t)  // in order: the last write stays
-            std::copy(u + t * slice, u + (t + 1) * slice, y + at[t]);
+        scatter::forward(scatter::reduction(a.reduction), in[0]->data(), in[2]->data(), out[0]->data(), in[0]->size(),
+                         at, slice);
     }
 
-    // in the forward pass this was: y = data, then y[at[t] .. + slice) = updates[t] for t in
-    // order. ddata += dy outside the written slices; dupdates[t] += dy's slice for the t kept.
     template <class T>
-    static void backward(const Attrs&, In<T> in, In<T>, In<T> dout, Out<T> din) {
+    static void backward(const Attrs& a, In<T> in, In<T> out, In<T> dout, Out<T> din) {
         std::size_t slice = 0;
         const std::vector<std::size_t> at = targets(*in[0], *in[1], slice);
-        // the tuple kept at each slice start (slices of one length either coincide or are disjoint)
-        std::vector<std::size_t> writer(in[0]->size() / slice, at.size());
-        for (std::size_t t = 0; t < at.size(); ++t) writer[at[t] / slice] = t;
-        const T* dy = dout[0]->data();
-        if (din[0]) {
-            T* dx = din[0]->data();
-            parallel_chunks(writer.size(), grain_for(slice), [&](std::size_t s0, std::size_t s1) {
-                for (std::size_t s = s0; s < s1; ++s)
-                    if (writer[s] == at.size())
-                        for (std::size_t i = s * slice; i < (s + 1) * slice; ++i) dx[i] += dy[i];
-            });
-        }
-        if (din[2]) {
-            T* du = din[2]->data();
-            for (std::size_t t = 0; t < at.size(); ++t)
-                if (writer[at[t] / slice] == t)
-                    for (std::size_t i = 0; i < slice; ++i) du[t * slice + i] += dy[at[t] + i];
-        }
+        scatter::backward(scatter::reduction(a.reduction), in[0]->data(), in[2]->data(), out[0]->data(),
+                          dout[0]->data(), din[0] ? din[0]->data() : nullptr, din[2] ? din[2]->data() : nullptr,
+                          in[0]->size(), at, slice);
     }
 
 private:

@@ -1594,7 +1594,7 @@ BOOST_AUTO_TEST_CASE(scatter_elements_and_scatter_nd_match_positions_onnx_runtim
     BOOST_TEST(bad.err.find("index 6 at flat position 0 of indices (2x2) is out of range for axis 1 of size 6") !=
                    std::string::npos,
                bad.err);
-    // a reduction, and updates that do not fit: one line each, at import
+    // an unknown reduction, and updates that do not fit: one line each, at import
     const auto model = [&](const std::string& file, auto&& build) {
         onnx::GraphProto b;
         add_input(b, "D", {2, 6});
@@ -1607,14 +1607,107 @@ BOOST_AUTO_TEST_CASE(scatter_elements_and_scatter_nd_match_positions_onnx_runtim
         mb.mutable_opset_import(0)->set_version(18);
         write(mb, tmp.path / file);
     };
-    model("add.onnx", [](onnx::GraphProto& b) {
-        attr_string(add_node(b, "ScatterElements", {"D", "cols", "U"}, {"Y"}, "/se"), "reduction", "add");
+    model("sum.onnx", [](onnx::GraphProto& b) {
+        attr_string(add_node(b, "ScatterElements", {"D", "cols", "U"}, {"Y"}, "/se"), "reduction", "sum");
     });
-    expect_one_error(tmp, "check add.onnx", "add.onnx: node '/se' (ScatterElements): reduction 'add' is not supported");
+    expect_one_error(
+        tmp, "check sum.onnx",
+        "sum.onnx: node '/se' (ScatterElements): unknown reduction 'sum' (known: none, add, mul, max, min)");
     model("fit.onnx", [](onnx::GraphProto& b) { add_node(b, "ScatterND", {"D", "tuples", "U"}, {"Y"}, "/sn"); });
     expect_one_error(tmp, "check fit.onnx",
                      "fit.onnx: node '/sn' (ScatterND): updates (2x2) must be (2) for data (2x6) and indices (2x2); "
                      "shapes (2x6), (2x2), (2x2)");
+}
+
+// ScatterElements and ScatterND with each reduction (opset 18), positions computed at run time
+// and repeated: against a plain loop in f32 (the writes combined in index order) and ONNX
+// Runtime; folded when everything is constant. Gradients: tests/test_op_scatter_*.cpp and
+// test_onnx_torch (scatter_add, index_add, index_put with accumulate, against PyTorch).
+BOOST_AUTO_TEST_CASE(scatter_reductions_match_a_plain_loop_and_onnx_runtime) {
+    TempDir tmp;
+    onnx::GraphProto g;
+    add_input(g, "D", {3, 4});
+    add_input(g, "U", {4, 4});
+    add_input(g, "P", {4, 4});
+    add_input(g, "W", {3, 4});
+    attr_int(add_node(g, "Cast", {"P"}, {"Pi"}), "to", TP::INT64);
+    auto* ti = g.add_initializer();  // (3, 1) int64 tuples: rows 2, 0, -1 (row 2 twice)
+    ti->set_name("rows");
+    ti->set_data_type(TP::INT64);
+    for (auto d : {3, 1}) ti->add_dims(d);
+    for (auto v : {2, 0, -1}) ti->add_int64_data(v);
+    const std::vector<std::string> reductions = {"add", "mul", "max", "min"};
+    for (const auto& r : reductions) {
+        attr_string(add_node(g, "ScatterElements", {"D", "Pi", "U"}, {"SE_" + r}), "reduction", r);
+        attr_string(add_node(g, "ScatterND", {"D", "rows", "W"}, {"SN_" + r}), "reduction", r);
+        add_output(g, "SE_" + r);
+        add_output(g, "SN_" + r);
+    }
+    onnx::ModelProto m = model_of(g);
+    m.mutable_opset_import(0)->set_version(18);
+    write(m, tmp.path / "reduce.onnx");
+    const std::vector<float> d = {0.5f, -1.25f, 2, 0.75f, 1.5f, -0.5f, 3, -2, 0.25f, 1, -1.5f, 2.5f},
+                             u = {1.5f, -2, 0.5f, 3, -0.75f, 2, 1.25f, -1, 2.5f, 0.5f, -3, 1.75f, -0.25f, 1, 2, -1.5f},
+                             p = {0, 1, 2, 0, 2, 2, -1, 1, 0, 0, 0, -3, 1, -2, 2, 2},
+                             w = {2, -1, 0.5f, 1.5f, -0.5f, 3, 1, -2, 1.25f, 0.75f, -1, 2};
+    const auto matrix = [](const std::vector<float>& v, std::size_t rows) {
+        Array<float> a = Array<float>::from_shape({rows, 4});
+        std::copy(v.begin(), v.end(), a.data());
+        return Tensor(a);
+    };
+    save_npy(tmp.path / "D.npy", matrix(d, 3));
+    save_npy(tmp.path / "U.npy", matrix(u, 4));
+    save_npy(tmp.path / "P.npy", matrix(p, 4));
+    save_npy(tmp.path / "W.npy", matrix(w, 3));
+    const CliResult run =
+        run_cli("run reduce.onnx --input D=D.npy --input U=U.npy --input P=P.npy --input W=W.npy --trace t", tmp.path);
+    BOOST_TEST_REQUIRE(run.code == 0, run.err);
+    const auto combine = [](const std::string& r, float y, float v) {
+        return r == "add" ? y + v : r == "mul" ? y * v : r == "max" ? std::max(y, v) : std::min(y, v);
+    };
+    for (const auto& r : reductions) {
+        std::vector<float> se = d, sn = d;
+        for (std::size_t e = 0; e < 16; ++e) {  // along axis 0: row p[e] (negative from the end), column e % 4
+            const auto row = static_cast<std::size_t>(p[e] + 3) % 3;
+            se[row * 4 + e % 4] = combine(r, se[row * 4 + e % 4], u[e]);
+        }
+        const std::size_t rows[3] = {2, 0, 2};
+        for (std::size_t t = 0; t < 3; ++t)
+            for (std::size_t c = 0; c < 4; ++c) sn[rows[t] * 4 + c] = combine(r, sn[rows[t] * 4 + c], w[t * 4 + c]);
+        const Tensor a = load_npy(tmp.path / "t" / ("SE_" + r + ".npy")),
+                     b = load_npy(tmp.path / "t" / ("SN_" + r + ".npy"));
+        for (std::size_t i = 0; i < 12; ++i) {
+            BOOST_TEST(a.at_flat(i) == se[i], "SE_" << r << "[" << i << "]");
+            BOOST_TEST(b.at_flat(i) == sn[i], "SN_" << r << "[" << i << "]");
+        }
+    }
+    const OrtCheck ort = ort_check(tmp.path / "reduce.onnx", tmp.path / "t", "1e-6");
+    BOOST_TEST(ort.status == 0, ort.report);
+    BOOST_TEST(ort.lines() == 8, ort.report);
+    // every input a constant: the scatters fold at import, to the same numbers
+    onnx::GraphProto c;
+    for (const auto& [name, values, rows] : {std::tuple{"D", d, 3}, std::tuple{"U", u, 4}, std::tuple{"W", w, 3}}) {
+        auto* t = c.add_initializer();
+        t->set_name(name);
+        t->set_data_type(TP::FLOAT);
+        for (auto dim : {rows, 4}) t->add_dims(dim);
+        for (float v : values) t->add_float_data(v);
+    }
+    c.add_initializer()->CopyFrom(*ti);
+    attr_string(add_node(c, "ScatterND", {"D", "rows", "W"}, {"F"}), "reduction", "mul");
+    add_output(c, "F");
+    onnx::ModelProto mc = model_of(c);
+    mc.mutable_opset_import(0)->set_version(18);
+    write(mc, tmp.path / "folded.onnx");
+    const CliResult folded = run_cli("run folded.onnx --trace f", tmp.path);
+    BOOST_TEST_REQUIRE(folded.code == 0, folded.err);
+    std::vector<float> want = d;
+    for (std::size_t t = 0; t < 3; ++t)
+        for (std::size_t col = 0; col < 4; ++col) want[(t == 1 ? 0 : 2) * 4 + col] *= w[t * 4 + col];
+    const Tensor f = load_npy(tmp.path / "f" / "F.npy");
+    BOOST_TEST_REQUIRE(f.size() == 12u);
+    for (std::size_t i = 0; i < 12; ++i) BOOST_TEST(f.at_flat(i) == want[i], "F[" << i << "]");
+    BOOST_TEST(slurp(tmp.path / "f" / "manifest.json").find("\"ScatterND\"") == std::string::npos);
 }
 
 // A graph output that is another value under a new name (Identity, a Cast that needs no node)

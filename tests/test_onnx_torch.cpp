@@ -229,4 +229,18 @@ BOOST_AUTO_TEST_CASE(a_static_kv_cache_written_at_run_time_positions_runs_and_di
     run_and_grad_like_torch(ex, "kv_cache_grad", {"x", "pos", "cache_k", "cache_v"}, "cache_v");
 }
 
+BOOST_AUTO_TEST_CASE(slots_summed_with_scatter_add_index_add_and_accumulating_index_put_like_pytorch) {
+    // token features summed into slots named by int64 inputs, tokens sharing slots:
+    // scatter_add exports a ScatterElements with reduction add; the output and d sum(Y) / dx
+    // within 1e-5 of PyTorch's
+    Exported ex;
+    run_and_grad_like_torch(ex, "pooling", {"x", "slot", "pos"}, "x");
+    const nlohmann::json manifest = nlohmann::json::parse(slurp(ex.tmp.path / "t" / "manifest.json"));
+    bool reduced = false;
+    for (const auto& e : manifest["entries"])
+        if (e.value("op", std::string()) == "ScatterElements")
+            reduced = reduced || e.dump().find("reduction=add") != std::string::npos;
+    BOOST_TEST(reduced, "no ScatterElements with reduction add in the trace");
+}
+
 BOOST_AUTO_TEST_SUITE_END()  // test_onnx_torch

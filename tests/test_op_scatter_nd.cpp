@@ -1,10 +1,14 @@
 // ScatterND: shape rule, forward against ONNX's examples and a plain loop (f64, f32;
 // bit-identical at 1, 2, 4 and 8 threads), bad indices as ValueErrors, backward against the
 // engine's gradcheck and by hand where two tuples name one slice (the later one is kept).
+// The reductions (add, mul, max, min): ONNX's examples, a plain loop over repeated tuples,
+// gradcheck, and by hand (the rules are ScatterElements', ops/scatter_reduction.hpp).
 #include <boost/test/unit_test.hpp>
 
 #include <cmath>
 #include <limits>
+#include <map>
+#include <string>
 
 #include "engine/error.hpp"
 #include "ops/ops.hpp"
@@ -14,6 +18,12 @@ BOOST_AUTO_TEST_SUITE(test_op_scatter_nd)  // one suite a file: the op tests sha
 
 using namespace attngraph;
 using namespace attngraph::test;
+
+namespace {
+nlohmann::json reducing(const std::string& r) {
+    return {{"reduction", r}};
+}
+}  // namespace
 
 BOOST_AUTO_TEST_CASE(shape_rule_is_datas) {
     BOOST_TEST((infer("ScatterND", nullptr, {{8}, {4, 1}, {4}})[0] == Shape{8}));
@@ -105,6 +115,77 @@ BOOST_AUTO_TEST_CASE(backward_gives_a_slice_written_twice_to_the_later_tuple) {
                                         {true, false, true});
     BOOST_TEST(rel_diff(d[0], array_of({3, 2}, {0, 0, 0, 0, 5, 6})) == 0.0);
     BOOST_TEST(rel_diff(d[1], array_of({3, 2}, {0, 0, 1, 2, 3, 4})) == 0.0);
+}
+
+BOOST_AUTO_TEST_CASE(reductions_onnx_examples) {
+    // ONNX's ScatterND examples with a reduction (opsets 16 and 18): data (4, 4, 4), two (4, 4)
+    // updates of 5s..8s and 1s..4s both at slice 0; the other slices stay
+    const std::vector<double> fwd = {1, 2, 3, 4, 5, 6, 7, 8, 8, 7, 6, 5, 4, 3, 2, 1},
+                              bwd = {8, 7, 6, 5, 4, 3, 2, 1, 1, 2, 3, 4, 5, 6, 7, 8},
+                              fives = {5, 5, 5, 5, 6, 6, 6, 6, 7, 7, 7, 7, 8, 8, 8, 8},
+                              ones = {1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3, 4, 4, 4, 4};
+    // slice 0 of each output, from ONNX's documentation
+    const std::map<std::string, std::vector<double>> slice0 = {
+        {"add", {7, 8, 9, 10, 13, 14, 15, 16, 18, 17, 16, 15, 16, 15, 14, 13}},
+        {"mul", {5, 10, 15, 20, 60, 72, 84, 96, 168, 147, 126, 105, 128, 96, 64, 32}},
+        {"max", {5, 5, 5, 5, 6, 6, 7, 8, 8, 7, 7, 7, 8, 8, 8, 8}},
+        {"min", {1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3, 4, 3, 2, 1}}};
+    std::vector<double> data = fwd, upd = fives;
+    for (const auto* p : {&fwd, &bwd, &bwd}) data.insert(data.end(), p->begin(), p->end());
+    upd.insert(upd.end(), ones.begin(), ones.end());
+    for (DType dt : {DType::f64, DType::f32})
+        for (const auto& [r, s0] : slice0) {
+            std::vector<double> want = s0;
+            for (const auto* p : {&fwd, &bwd, &bwd}) want.insert(want.end(), p->begin(), p->end());
+            const Doubles y =
+                run_one("ScatterND", reducing(r),
+                        {array_of({4, 4, 4}, data), array_of({2, 1}, {0, 0}), array_of({2, 4, 4}, upd)}, dt);
+            BOOST_TEST(rel_diff(y[0], array_of({4, 4, 4}, want)) == 0.0, r);
+        }
+    BOOST_CHECK_THROW(infer("ScatterND", reducing("prod"), {{8}, {4, 1}, {4}}), GraphError);
+}
+
+BOOST_AUTO_TEST_CASE(reductions_match_a_plain_loop) {
+    // (2, 3, 8, 4): 10 tuples (batch, head) into 6 slices, so slices repeat
+    const Array<double> data = uniform_array({2, 3, 8, 4}, 4, 0.5, 1.5), upd = uniform_array({10, 8, 4}, 5, 0.5, 1.5);
+    std::vector<double> pairs;
+    for (int t = 0; t < 10; ++t) pairs.insert(pairs.end(), {double(t % 2), double((t * 2) % 3) - (t > 5 ? 3 : 0)});
+    for (const std::string r : {"add", "mul", "max", "min"}) {
+        Array<double> ref = data;
+        for (std::size_t t = 0; t < 10; ++t) {
+            const auto b = static_cast<std::size_t>(pairs[2 * t]),
+                       h = static_cast<std::size_t>(pairs[2 * t + 1] + 3) % 3;
+            for (std::size_t i = 0; i < 32; ++i) {
+                double& y = ref.data()[(b * 3 + h) * 32 + i];
+                const double u = upd.data()[t * 32 + i];
+                y = r == "add" ? y + u : r == "mul" ? y * u : r == "max" ? std::max(y, u) : std::min(y, u);
+            }
+        }
+        BOOST_TEST_CONTEXT(r) {
+            check_against_reference("ScatterND", reducing(r), {data, array_of({10, 2}, pairs), upd}, {ref}, 0, 1e-6);
+        }
+    }
+}
+
+BOOST_AUTO_TEST_CASE(reductions_backward) {
+    // row 1 written three times, row 0 once, row 2 never; values apart (no ties)
+    const Array<double> idx = array_of({4, 1}, {1, 0, 1, 1});
+    for (const std::string r : {"add", "mul", "max", "min"})
+        BOOST_TEST(gradcheck("ScatterND", reducing(r),
+                             {uniform_array({3, 2}, 6, 0.5, 1.5), idx, uniform_array({4, 2}, 7, 0.5, 1.5)},
+                             {true, false, true}) < 1e-8,
+                   r);
+    // by hand: data row 1 = (2, 3); updates (1, 3), (2, 0) at row 1; dy row 1 = (1, 1)
+    const Array<double> data = array_of({2, 2}, {9, 9, 2, 3}), i2 = array_of({2, 1}, {1, 1}),
+                        upd = array_of({2, 2}, {1, 3, 2, 0}), dy = array_of({2, 2}, {1, 1, 1, 1});
+    // max: column 0: y = 2, data and update 1 tie; column 1: y = 3, data and update 0 tie
+    auto d = backward_all<double>("ScatterND", reducing("max"), {data, i2, upd}, {dy}, {true, false, true});
+    BOOST_TEST(rel_diff(d[0], array_of({2, 2}, {1, 1, 0.5, 0.5})) == 0.0);
+    BOOST_TEST(rel_diff(d[1], array_of({2, 2}, {0, 0.5, 0.5, 0})) == 0.0);
+    // mul: column 1's product is 3·3·0 = 0: d data = 3·0, d u0 = 3·0, d u1 = 3·3
+    d = backward_all<double>("ScatterND", reducing("mul"), {data, i2, upd}, {dy}, {true, false, true});
+    BOOST_TEST(rel_diff(d[0], array_of({2, 2}, {1, 1, 2, 0})) == 0.0);
+    BOOST_TEST(rel_diff(d[1], array_of({2, 2}, {4, 0, 2, 9})) == 0.0);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

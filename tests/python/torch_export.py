@@ -32,6 +32,16 @@ usage: python3 torch_export.py OUT_DIR
                                                     repeat, cumsum, norms, amin, logsumexp,
                                                     log_softmax, softsign, <= after a Linear;
                                                     dx: d sum(Y) / dx
+  OUT_DIR/rounding.onnx, rounding_{x,mask,y,dx}.npy floor, ceil, round, sign, remainder, fmod, a
+                                                    float truncated to int64, cumsum position ids,
+                                                    argmax, argmin, topk; dx: d sum(Y) / dx
+  OUT_DIR/kv_scatter.onnx, kv_cache_grad.onnx, kv_scatter_{x,pos,cache_k,cache_v,y,dx}.npy
+                                                    a static KV cache written with index_copy and
+                                                    `cache[:, pos] = v`; kv_cache_grad: d / dcache_v
+  OUT_DIR/pooling.onnx, pooling_{x,slot,pos,y,dx}.npy
+                                                    token features summed into slots: scatter_add,
+                                                    index_add, index_put with accumulate (slots
+                                                    repeated in scatter_add); dx: d sum(Y) / dx
 """
 import sys
 
@@ -328,3 +338,27 @@ kv_inputs = {"x": torch.randn(1, 2, 8), "pos": torch.tensor([5, 2]), "cache_k": 
 kv_scatter = KvScatter()
 export_with("kv_scatter", kv_scatter, kv_inputs, grad_of="x")
 export_with("kv_cache_grad", kv_scatter, kv_inputs, grad_of="cache_v")
+
+
+class Pooling(torch.nn.Module):
+    """Token features summed into slots at positions given at run time, as a mixture-of-experts
+    combine or a segment sum: scatter_add (ScatterElements, reduction add; several tokens share
+    a slot), index_add and index_put with accumulate (torch 1.13 exports both as a scatter into
+    zeros and an Add, which is right only for distinct positions: pos has no repeats)."""
+
+    def __init__(self, d=8):
+        super().__init__()
+        self.proj = torch.nn.Linear(d, d)
+        self.d = d
+
+    def forward(self, x, slot, pos):
+        h = torch.tanh(self.proj(x))
+        pooled = torch.zeros(2, 4, self.d).scatter_add(1, slot.unsqueeze(-1).expand(-1, -1, self.d), h)
+        pooled = pooled.index_add(1, pos, h[:, :3])
+        acc = pooled.clone()
+        acc.index_put_((torch.tensor([0, 1, 1]), pos), h[0, :3], accumulate=True)
+        return acc * pooled
+
+
+export_with("pooling", Pooling(), {"x": torch.randn(2, 5, 8), "slot": torch.tensor([[0, 2, 2, 1, 0], [3, 3, 3, 0, 1]]),
+                                   "pos": torch.tensor([1, 3, 0])}, grad_of="x")
