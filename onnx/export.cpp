@@ -275,6 +275,19 @@ private:
             auto* c = node("CumSum", {in[0], ints(name + ".axis", {cumsum->axis}, true)}, {name});
             if (cumsum->exclusive) attr(c, "exclusive", std::int64_t{1});
             if (cumsum->reverse) attr(c, "reverse", std::int64_t{1});
+        } else if (const auto* conv = n.attrs_if<ops::Conv>()) {
+            // every attribute written out (the defaults too), kernel_shape from W
+            const Shape& ws = shape_of(in[1]);
+            const std::size_t k = ws.size() - 2;
+            const auto list = [](const std::optional<std::vector<int>>& v, std::size_t len, std::int64_t fallback) {
+                return v ? std::vector<std::int64_t>(v->begin(), v->end()) : std::vector<std::int64_t>(len, fallback);
+            };
+            auto* c = node("Conv", in, {name});
+            attr(c, "kernel_shape", std::vector<std::int64_t>(ws.begin() + 2, ws.end()));
+            attr(c, "strides", list(conv->strides, k, 1));
+            attr(c, "pads", list(conv->pads, 2 * k, 0));
+            attr(c, "dilations", list(conv->dilations, k, 1));
+            attr(c, "group", std::int64_t{conv->group});
         } else if (const auto* leaky = n.attrs_if<ops::LeakyRelu>()) {
             attr_float(node("LeakyRelu", in, {name}), "alpha", leaky->alpha);
         } else if (const auto* clip = n.attrs_if<ops::Clip>()) {

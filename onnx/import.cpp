@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <climits>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -14,12 +15,14 @@
 
 #include <onnx/onnx_pb.h>
 
+#include "engine/attrs.hpp"
 #include "engine/error.hpp"
 #include "engine/graph.hpp"
 #include "engine/half.hpp"
 #include "onnx/attention.hpp"
 #include "onnx/einsum.hpp"
 #include "onnx/fold.hpp"
+#include "ops/conv.hpp"
 #include "ops/scatter_elements.hpp"
 #include "ops/scatter_nd.hpp"
 
@@ -1446,6 +1449,75 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
         }
         emit(op, name, {materialize(input(0)), materialize(input(1)), materialize(input(2))}, attrs);
         define(out0, name, arg(0).shape, et);
+        return;
+    }
+    if (op == "Conv") {
+        // attngraph's Conv (ops/conv.hpp): 1 to 3 spatial axes; auto_pad's SAME_* and VALID
+        // become explicit pads here (the shapes are known); kernel_shape must be W's
+        check_attrs({"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"});
+        const Shape &xs = arg(0).shape, &ws = arg(1).shape;
+        if (xs.size() < 3 || xs.size() > 5 || ws.size() != xs.size())
+            throw ShapeError(where + ": x must be (N, C, D1..Dk) with 1 to 3 spatial axes and W of its rank");
+        const std::size_t k = xs.size() - 2;
+        const auto list = [&](const char* name, std::size_t len, std::int64_t fallback) {
+            std::vector<std::int64_t> v =
+                onnx_fold::find_attr(node, name) ? attr_ints(node, name) : std::vector<std::int64_t>(len, fallback);
+            std::vector<int> r;
+            for (std::int64_t e : v) {
+                if (e < INT_MIN || e > INT_MAX) throw ShapeError(where + ": " + name + " entry out of range");
+                r.push_back(static_cast<int>(e));
+            }
+            return r;
+        };
+        if (onnx_fold::find_attr(node, "kernel_shape")) {
+            const std::vector<std::int64_t> ks = attr_ints(node, "kernel_shape");
+            if (ks.size() != k || !std::equal(ks.begin(), ks.end(), ws.begin() + 2, [](std::int64_t a, std::size_t b) {
+                    return a >= 0 && std::size_t(a) == b;
+                }))
+                throw ShapeError(where + ": kernel_shape does not match W's spatial axes");
+        }
+        ops::ConvAttrs a;
+        a.strides = list("strides", k, 1);
+        a.dilations = list("dilations", k, 1);
+        a.group = static_cast<int>(attr_int(node, "group", 1));
+        const auto* ap = onnx_fold::find_attr(node, "auto_pad");
+        const std::string auto_pad = ap ? ap->s() : "NOTSET";
+        if (auto_pad == "NOTSET") {
+            a.pads = list("pads", 2 * k, 0);
+        } else if (auto_pad == "VALID") {
+            a.pads = std::vector<int>(2 * k, 0);
+        } else if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+            // output ceil(D / stride): the total pad split evenly, the odd one at the end (UPPER)
+            std::vector<int> pads(2 * k, 0);
+            for (std::size_t d = 0; d < k && d < a.strides->size() && d < a.dilations->size(); ++d) {
+                const long stride = std::max((*a.strides)[d], 1), dil = (*a.dilations)[d];
+                const long in_len = static_cast<long>(xs[d + 2]), out_len = (in_len + stride - 1) / stride;
+                const long total =
+                    std::max(0L, (out_len - 1) * stride + dil * (static_cast<long>(ws[d + 2]) - 1) + 1 - in_len);
+                const long small = total / 2, large = total - small;
+                pads[d] = static_cast<int>(auto_pad == "SAME_UPPER" ? small : large);
+                pads[d + k] = static_cast<int>(auto_pad == "SAME_UPPER" ? large : small);
+            }
+            a.pads = pads;
+        } else {
+            throw GraphError(where + ": auto_pad '" + auto_pad +
+                             "' is not one of NOTSET, SAME_UPPER, SAME_LOWER, VALID; shapes " + shapes_text());
+        }
+        std::vector<Shape> shapes = {xs, ws};
+        std::vector<std::string> inputs = {materialize(input(0)), materialize(input(1))};
+        if (has(2)) {
+            shapes.push_back(arg(2).shape);
+            inputs.push_back(materialize(input(2)));
+        }
+        Shape ys;
+        try {  // the op's own shape rule, so that a mismatch is the node's import error
+            ys = ops::Conv::infer_shape(a, shapes);
+        } catch (const ShapeError& e) {
+            throw ShapeError(where + ": " + e.what());
+        }
+        const std::string name = out_name(0);
+        emit(op, name, inputs, attrs_to_json(a));
+        define(out0, name, ys, et);
         return;
     }
     if (op == "RMSNormalization" || op == "LayerNormalization") {

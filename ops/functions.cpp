@@ -337,4 +337,12 @@ Value rotary_embedding(const Value& x, const Value& cos_cache, const Value& sin_
         ops::RotaryEmbeddingAttrs{interleaved ? 1 : 0, rotary_embedding_dim, num_heads});
 }
 
+// ops/conv.hpp
+Value conv(const Value& x, const Value& w, const ops::ConvAttrs& attrs) {
+    return x.builder().node<ops::Conv>({x, w}, attrs);
+}
+Value conv(const Value& x, const Value& w, const Value& b, const ops::ConvAttrs& attrs) {
+    return x.builder().node<ops::Conv>({x, w, b}, attrs);
+}
+
 }  // namespace attngraph

@@ -67,6 +67,7 @@
 #include "ops/ceil.hpp"
 #include "ops/clip.hpp"
 #include "ops/concat.hpp"
+#include "ops/conv.hpp"
 #include "ops/cos.hpp"
 #include "ops/cumsum.hpp"
 #include "ops/div.hpp"
@@ -126,7 +127,7 @@ inline constexpr auto builtin_ops =
                          Greater, ReduceSum, ReduceMean, ReduceMax, Expand, Gather, Range, RMSNormalization,
                          LayerNormalization, RotaryEmbedding, Attention, Relu, Sigmoid, Abs, Clip, LeakyRelu, Softplus,
                          Max, Min, Floor, Ceil, Round, Sign, Mod, CumSum, ScatterElements, ScatterND, ArgMax, ArgMin,
-                         TopK>;
+                         TopK, Conv>;
 
 }  // namespace attngraph::ops
 
@@ -236,6 +237,12 @@ Value argmin(const Value& x, int axis = 0, bool keepdims = true, bool select_las
 /// The k largest (smallest) entries of x along `axis`, sorted, and their positions: {values,
 /// positions} (equal values by position; NaN above every number). The positions get no gradient.
 std::vector<Value> topk(const Value& x, int k, int axis = -1, bool largest = true, const std::string& name = "");
+/// The convolution of x (N, C, D1..Dk), k = 1..3, with W (M, C/group, K1..Kk), plus b (M):
+/// ONNX's Conv, torch's Conv1d/2d/3d. Attributes (ops/conv.hpp): strides and dilations one per
+/// spatial axis (absent: 1), pads the begins then the ends (absent: 0), group (16x16 patches:
+/// `ops::ConvAttrs a; a.strides = {16, 16}; conv(x, w, b, a)`).
+Value conv(const Value& x, const Value& w, const ops::ConvAttrs& attrs = {});
+Value conv(const Value& x, const Value& w, const Value& b, const ops::ConvAttrs& attrs = {});
 /// x broadcast to `shape` (ONNX Expand: x's shape and `shape` broadcast together).
 Value expand(const Value& x, std::vector<int> shape);
 /// data taken along `axis` at `indices` (whole numbers, negative from the end; no gradient).

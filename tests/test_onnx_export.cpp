@@ -116,8 +116,8 @@ BOOST_AUTO_TEST_CASE(an_f64_rotary_embedding_is_refused_naming_the_node_and_dtyp
 // Every other op of the vocabulary takes double in its opset, but LayerNormalization's Mean
 // and InvStdDev (stats = 1) come in float or bfloat16 only: that is refused too. vocab.json
 // without its RotaryEmbedding and stats nodes exports in f64 and ONNX Runtime runs it to
-// attngraph's f64 outputs (ONNX Runtime's CPU provider has no double Erf, LeakyRelu or
-// Softplus, valid ops there, so `xe`, `xl` and `xp` are left out of the run).
+// attngraph's f64 outputs (ONNX Runtime's CPU provider has no double Erf, LeakyRelu, Softplus
+// or Conv, valid ops there, so `xe`, `xl`, `xp` and `cv` are left out of the run).
 BOOST_AUTO_TEST_CASE(an_f64_export_refuses_float_only_outputs_and_runs_every_other_op) {
     TempDir tmp;
     auto doc = nlohmann::json::parse(slurp(source_dir() / "tests" / "data" / "onnx_export" / "vocab.json"));
@@ -147,7 +147,7 @@ BOOST_AUTO_TEST_CASE(an_f64_export_refuses_float_only_outputs_and_runs_every_oth
                            0) == 0,
                r.err);
     BOOST_TEST(!fs::exists(tmp.path / "model.onnx"));
-    drop({"rope", "rope3", "xe", "xl", "xp"});
+    drop({"rope", "rope3", "xe", "xl", "xp", "cv"});
     r = export_f64("f64.json");
     BOOST_TEST_REQUIRE(r.code == 0, r.err);
     const CliResult run = run_cli("run f64.json --dtype f64 --trace t", tmp.path);

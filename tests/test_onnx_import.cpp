@@ -71,6 +71,13 @@ void attr_int(onnx::NodeProto* n, const std::string& name, std::int64_t value) {
     a->set_i(value);
 }
 
+void attr_ints(onnx::NodeProto* n, const std::string& name, const std::vector<std::int64_t>& values) {
+    auto* a = n->add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::INTS);
+    for (auto v : values) a->add_ints(v);
+}
+
 onnx::ModelProto model_of(const onnx::GraphProto& g) {
     onnx::ModelProto m;
     m.set_ir_version(8);
@@ -1708,6 +1715,88 @@ BOOST_AUTO_TEST_CASE(scatter_reductions_match_a_plain_loop_and_onnx_runtime) {
     BOOST_TEST_REQUIRE(f.size() == 12u);
     for (std::size_t i = 0; i < 12; ++i) BOOST_TEST(f.at_flat(i) == want[i], "F[" << i << "]");
     BOOST_TEST(slurp(tmp.path / "f" / "manifest.json").find("\"ScatterND\"") == std::string::npos);
+}
+
+// Conv as torch and other exporters write it: 2-D with groups, strides, dilations and uneven
+// pads (weights as initializers), 1-D with auto_pad SAME_UPPER and SAME_LOWER (uneven: the
+// odd pad at the end or the start) and W a graph input, 3-D with VALID and kernel_shape: against
+// ONNX Runtime. Bad attributes: one error line each. (Numbers by the definition:
+// tests/test_op_conv.cpp; gradients against PyTorch: test_onnx_torch.)
+BOOST_AUTO_TEST_CASE(conv_in_one_to_three_dimensions_matches_onnx_runtime) {
+    TempDir tmp;
+    const auto values = [](std::size_t n, float scale, float shift) {
+        std::vector<float> v(n);
+        for (std::size_t i = 0; i < n; ++i) v[i] = scale * static_cast<float>((i * 7) % 11) - shift;
+        return v;
+    };
+    onnx::GraphProto g;
+    add_input(g, "X", {1, 4, 7, 6});
+    add_input(g, "X1", {2, 3, 10});
+    add_input(g, "W1", {2, 3, 4});
+    add_input(g, "X3", {1, 2, 4, 4, 3});
+    add_init(g, "W", {6, 2, 3, 2}, values(72, 0.25f, 1.0f));
+    add_init(g, "B", {6}, values(6, 0.5f, 2.0f));
+    add_init(g, "W3", {2, 2, 2, 2, 2}, values(32, 0.125f, 0.5f));
+    auto* c2 = add_node(g, "Conv", {"X", "W", "B"}, {"C2"});
+    attr_int(c2, "group", 2);
+    attr_ints(c2, "strides", {2, 1});
+    attr_ints(c2, "pads", {1, 0, 2, 1});
+    attr_ints(c2, "dilations", {2, 1});
+    attr_ints(add_node(g, "Conv", {"X1", "W1"}, {"UP"}), "strides", {3});
+    attr_string(g.mutable_node(1), "auto_pad", "SAME_UPPER");
+    attr_ints(add_node(g, "Conv", {"X1", "W1"}, {"LO"}), "strides", {3});
+    attr_string(g.mutable_node(2), "auto_pad", "SAME_LOWER");
+    auto* c3 = add_node(g, "Conv", {"X3", "W3"}, {"C3"});
+    attr_string(c3, "auto_pad", "VALID");
+    attr_ints(c3, "kernel_shape", {2, 2, 2});
+    for (const char* o : {"C2", "UP", "LO", "C3"}) add_output(g, o);
+    write(model_of(g), tmp.path / "conv.onnx");
+    const auto save = [&](const std::string& name, const Shape& shape, float scale, float shift) {
+        Array<float> a = Array<float>::from_shape(shape);
+        const std::vector<float> v = values(a.size(), scale, shift);
+        std::copy(v.begin(), v.end(), a.data());
+        save_npy(tmp.path / (name + ".npy"), Tensor(a));
+    };
+    save("X", {1, 4, 7, 6}, 0.5f, 2.5f);
+    save("X1", {2, 3, 10}, 0.25f, 1.0f);
+    save("W1", {2, 3, 4}, 0.75f, 3.0f);
+    save("X3", {1, 2, 4, 4, 3}, 0.5f, 2.0f);
+    const CliResult r = run_cli(
+        "run conv.onnx --input X=X.npy --input X1=X1.npy --input W1=W1.npy --input X3=X3.npy --trace t", tmp.path);
+    BOOST_TEST_REQUIRE(r.code == 0, r.err);
+    // the shapes: (7 + 3 - 5) / 2 + 1 = 3 rows, (6 + 1 - 2) + 1 = 6 columns; ceil(10 / 3) = 4
+    const std::map<std::string, Shape> shapes = {
+        {"C2", {1, 6, 3, 6}}, {"UP", {2, 2, 4}}, {"LO", {2, 2, 4}}, {"C3", {1, 2, 3, 3, 2}}};
+    for (const auto& [name, shape] : shapes)
+        BOOST_TEST((load_npy(tmp.path / "t" / (name + ".npy")).shape() == shape), name);
+    const OrtCheck ort = ort_check(tmp.path / "conv.onnx", tmp.path / "t", "1e-5");
+    BOOST_TEST(ort.status == 0, ort.report);
+    BOOST_TEST(ort.lines() == 4, ort.report);
+    // SAME_UPPER and SAME_LOWER pad 3 in all: (1, 2) and (2, 1), so the outputs differ
+    BOOST_TEST(slurp(tmp.path / "t" / "UP.npy") != slurp(tmp.path / "t" / "LO.npy"));
+
+    const auto model = [&](const std::string& file, auto&& build) {
+        onnx::GraphProto b;
+        add_input(b, "X1", {2, 3, 10});
+        add_input(b, "W1", {2, 3, 4});
+        build(add_node(b, "Conv", {"X1", "W1"}, {"Y"}, "/conv"));
+        add_output(b, "Y");
+        write(model_of(b), tmp.path / file);
+    };
+    model("kernel.onnx", [](onnx::NodeProto* n) { attr_ints(n, "kernel_shape", {3}); });
+    expect_one_error(tmp, "check kernel.onnx",
+                     "kernel.onnx: node '/conv' (Conv): kernel_shape does not match W's spatial axes");
+    model("pad.onnx", [](onnx::NodeProto* n) { attr_string(n, "auto_pad", "SAME"); });
+    expect_one_error(tmp, "check pad.onnx",
+                     "pad.onnx: node '/conv' (Conv): auto_pad 'SAME' is not one of NOTSET, SAME_UPPER, SAME_LOWER, "
+                     "VALID; shapes (2x3x10), (2x3x4)");
+    model("group.onnx", [](onnx::NodeProto* n) { attr_int(n, "group", 2); });
+    expect_one_error(
+        tmp, "check group.onnx",
+        "group.onnx: node '/conv' (Conv): group 2 does not divide x's channels 3 and W's output channels 2");
+    model("strides.onnx", [](onnx::NodeProto* n) { attr_ints(n, "strides", {1, 1}); });
+    expect_one_error(tmp, "check strides.onnx",
+                     "strides.onnx: node '/conv' (Conv): strides has 2 entries, 1 needed for 1 spatial axes");
 }
 
 // A graph output that is another value under a new name (Identity, a Cast that needs no node)

@@ -243,4 +243,13 @@ BOOST_AUTO_TEST_CASE(slots_summed_with_scatter_add_index_add_and_accumulating_in
     BOOST_TEST(reduced, "no ScatterElements with reduction add in the trace");
 }
 
+BOOST_AUTO_TEST_CASE(patch_embedding_and_audio_front_end_convolutions_run_and_differentiate_like_pytorch) {
+    // Conv2d with stride = kernel (a vision transformer's patches), Conv1d with padding and
+    // stride 2 (Whisper's front end), a depthwise dilated Conv1d, then attention over the
+    // tokens: the output and d sum(Y) / dimg within 1e-5 of PyTorch's
+    Exported ex;
+    run_and_grad_like_torch(ex, "conv_front", {"img"}, "img");
+    BOOST_TEST(entries_of(ex.tmp.path / "t", "Conv").size() == 4u);
+}
+
 BOOST_AUTO_TEST_SUITE_END()  // test_onnx_torch

@@ -4,6 +4,7 @@
 // through the command line (check, run, grad, explain); docs/ops.md lists every op.
 #include <boost/test/unit_test.hpp>
 
+#include <cmath>
 #include <fstream>
 
 #include "engine/executor.hpp"
@@ -43,6 +44,7 @@ json vocabulary_graph() {
         // rope3 rotates 2 of each 2-wide head: caches of rotary dim / 2 = 1 column
         {"cos1", {{"kind", "param"}, {"data", {{1}, {0.54}, {-0.42}, {-0.99}}}}},
         {"sin1", {{"kind", "param"}, {"data", {{0}, {0.84}, {0.91}, {0.14}}}}},
+        {"cw", {{"kind", "param"}, {"data", {{{0.5, -1}, {2, 0.25}, {1, 1}}, {{-0.5, 1.5}, {0, 1}, {0.75, -2}}}}}},
     };
     json n = json::array();
     n.push_back(node("q_idx", "Range", {}, {{"limit", 3}}));
@@ -83,6 +85,7 @@ json vocabulary_graph() {
     n.push_back(node("rope", "RotaryEmbedding", {"heads", "cos", "sin", "pos"}));
     n.push_back(node("rope3", "RotaryEmbedding", {"x", "cos1", "sin1", "pos"},
                      {{"num_heads", 2}, {"rotary_embedding_dim", 2}, {"interleaved", 1}}));
+    n.push_back(node("cv", "Conv", {"x", "cw"}, {{"strides", {2}}, {"pads", {1, 0}}}));  // (2, 2, 2)
     return {{"name", "vocabulary"}, {"dtype", "f64"}, {"tensors", t}, {"nodes", n}};
 }
 
@@ -92,7 +95,7 @@ BOOST_AUTO_TEST_CASE(every_op_in_a_graph_file) {
     TempDir d;
     std::ofstream(d.path / "vocab.json") << vocabulary_graph().dump(1);
     const Graph g = load_graph(d.path / "vocab.json");
-    BOOST_TEST(g.nodes().size() == 37u);
+    BOOST_TEST(g.nodes().size() == 38u);
     // written back: the same attributes, read again: the same graph
     const json back = graph_to_json(g);
     BOOST_TEST(graph_to_json(parse_graph(back.dump(), d.path, "back")) == back);
@@ -110,19 +113,23 @@ BOOST_AUTO_TEST_CASE(every_op_in_a_graph_file) {
     BOOST_TEST(cols(0, 0, 1) == 0.5);   // x[0, 0, -4] = x[0, 0, 0]
     BOOST_TEST(r.at(g, "ln:1").shape() == (Shape{2, 3, 1}));
     BOOST_TEST(r.at(g, "peak").shape() == (Shape{2, 4}));
+    // the first tap of the convolution falls in the padding: W[0, c, 1]·x[0, c, 0] over c
+    const auto& cv = r.at(g, "cv").as<double>();
+    BOOST_TEST(std::abs(cv(0, 0, 0) - (-1 * 0.5 + 0.25 * 1.5 + 1 * 0.1)) < 1e-15);
 
     // gradients of every tensor with one, by finite differences; idx and pos are not perturbed
     const GradcheckResult gc = gradcheck(g);
     BOOST_TEST_MESSAGE(gc.report());
-    BOOST_TEST(gc.entries.size() == 7u);  // x, s, b, cos, sin, cos1, sin1
+    BOOST_TEST(gc.entries.size() == 8u);  // x, s, b, cos, sin, cos1, sin1, cw
     BOOST_TEST(gc.max_rel_error < 1e-6);
 }
 
 BOOST_AUTO_TEST_CASE(every_op_through_the_command_line) {
     TempDir d;
     std::ofstream(d.path / "vocab.json") << vocabulary_graph().dump(1);
-    for (const std::string cmd : {"check vocab.json", "run vocab.json --trace t1 --format text", "run vocab.json --dtype f32",
-                                  "grad vocab.json --trace t2", "explain vocab.json -o vocab.md"}) {
+    for (const std::string cmd :
+         {"check vocab.json", "run vocab.json --trace t1 --format text", "run vocab.json --dtype f32",
+          "grad vocab.json --trace t2", "explain vocab.json -o vocab.md"}) {
         BOOST_TEST_CONTEXT("attngraph " << cmd) {
             const CliResult r = run_cli(cmd, d.path);
             BOOST_TEST(r.code == 0, r.err);
@@ -135,10 +142,12 @@ BOOST_AUTO_TEST_CASE(every_op_through_the_command_line) {
           "where(after (3x3), grid (2x3x3), same (3x3))", "(q_col (3x1) < kv_idx (3))", "relu(xn (2x3x4))",
           "sigmoid(xn (2x3x4))", "abs(xn (2x3x4))", "clip(xn (2x3x4), -0.5, 0.75)", "leaky_relu(xn (2x3x4), 0.2)",
           "softplus(xn (2x3x4))", "maximum(xn (2x3x4), sx (2x3x4))", "minimum(xn (2x3x4), s (4))",
-          "gather(x (2x3x4), idx (2), axis=2)", "range(0, 3)", "e (4)^1.5", "max(x (2x3x4), axes=[1], keepdims=0)"})
+          "gather(x (2x3x4), idx (2), axis=2)", "range(0, 3)", "e (4)^1.5", "max(x (2x3x4), axes=[1], keepdims=0)",
+          "conv(x (2x3x4), cw (2x3x2))"})
         BOOST_TEST(trace.find(f) != std::string::npos, f << " not in the text trace:\n" << trace);
     const std::string md = slurp(d.path / "vocab.md");
-    BOOST_TEST(md.find("`rope = rope(heads (1x2x3x4), cos (4x2), sin (4x2), positions=pos (1x3))`") != std::string::npos);
+    BOOST_TEST(md.find("`rope = rope(heads (1x2x3x4), cos (4x2), sin (4x2), positions=pos (1x3))`") !=
+               std::string::npos);
 }
 
 BOOST_AUTO_TEST_CASE(docs_list_every_op) {

@@ -42,6 +42,11 @@ usage: python3 torch_export.py OUT_DIR
                                                     token features summed into slots: scatter_add,
                                                     index_add, index_put with accumulate (slots
                                                     repeated in scatter_add); dx: d sum(Y) / dx
+  OUT_DIR/conv_front.onnx, conv_front_{img,y,dimg}.npy
+                                                    a vision transformer's patch embedding (Conv2d,
+                                                    stride = kernel), Whisper-style Conv1d + GELU
+                                                    (stride 2), a depthwise dilated Conv1d, then
+                                                    attention over the tokens; dimg: d sum(Y) / dimg
 """
 import sys
 
@@ -362,3 +367,28 @@ class Pooling(torch.nn.Module):
 
 export_with("pooling", Pooling(), {"x": torch.randn(2, 5, 8), "slot": torch.tensor([[0, 2, 2, 1, 0], [3, 3, 3, 0, 1]]),
                                    "pos": torch.tensor([1, 3, 0])}, grad_of="x")
+
+
+class ConvFront(torch.nn.Module):
+    """Convolutions in front of attention: a vision transformer's patch embedding (Conv2d with
+    stride = kernel, 4x4 patches), Whisper's audio front end (Conv1d k 3 pad 1, then stride 2,
+    GELU after each), a depthwise dilated Conv1d, then multi-head attention over the tokens."""
+
+    def __init__(self, d=16):
+        super().__init__()
+        self.patch = torch.nn.Conv2d(3, d, 4, stride=4)
+        self.conv1 = torch.nn.Conv1d(d, d, 3, padding=1)
+        self.conv2 = torch.nn.Conv1d(d, d, 3, stride=2, padding=1)
+        self.depth = torch.nn.Conv1d(d, d, 3, padding=2, dilation=2, groups=d)
+        self.attn = torch.nn.MultiheadAttention(d, 4, batch_first=True)
+
+    def forward(self, img):
+        t = self.patch(img).flatten(2)  # (1, d, 16): the 16 patches as a sequence
+        t = torch.nn.functional.gelu(self.conv1(t))
+        t = torch.nn.functional.gelu(self.conv2(t))  # (1, d, 8)
+        t = self.depth(t).transpose(1, 2)  # (1, 8, d)
+        y, _ = self.attn(t, t, t, need_weights=False)
+        return y
+
+
+export_with("conv_front", ConvFront(), {"img": torch.randn(1, 3, 16, 16)}, grad_of="img")
