@@ -6,11 +6,12 @@
 //                W[m, c, q] · x[n, c, o·stride - pad_begin + q·dilation]  (0 outside x).
 // Channels split into `group` groups (C and M divisible by it): output channel m reads the
 // input channels of its group only (group = C: a depthwise convolution).
-// Each (n, group) is one GEMM: W_g (M/g, C/g·K) · cols (C/g·K, O), cols the patches of x laid out
-// as columns (im2col). Backward: dW_g += dY_g · colsᵀ over n in order, dcols = W_gᵀ · dY_g added
-// back into dx patch by patch (col2im, each input channel by itself), db = dY summed over n and
-// O in order.
+// Each (n, group) is a GEMM: W_g (M/g, C/g·K) · cols (C/g·K, O), cols the patches of x laid out as
+// columns (im2col), in chunks of output positions that keep cols within 16 MiB. Backward:
+// dW_g += dY_g · colsᵀ over n and chunks in order, dcols = W_gᵀ · dY_g added back into dx patch by
+// patch (col2im, each input channel by itself), db = dY summed over n and O in order.
 #pragma once
+#include <algorithm>
 #include <optional>
 #include <vector>
 
@@ -117,21 +118,31 @@ struct Conv {
                static_cast<double>(in[1][0]);
     }
 
+    /// Output positions per column chunk: cols holds at most about 2^22 values (16 MiB in f32)
+    /// whatever the kernel (a 64x64 kernel at stride 1 would otherwise make cols 4096 times y),
+    /// in whole GEMM column blocks; a constant of the geometry, never of the thread count.
+    static std::size_t chunk_of(const Geometry& g) {
+        const std::size_t cap = std::size_t(1) << 22, P = std::max<std::size_t>(g.patch(), 1);
+        const std::size_t c = std::max(gemm_col_block, cap / P / gemm_col_block * gemm_col_block);
+        return std::min(c, std::max<std::size_t>(g.out_size(), 1));
+    }
+
     /// For row r of cols (an input channel of the group and a kernel offset) and each output
-    /// position o in order: the flat offset in that channel of x, or -1 where o's tap falls in
-    /// the padding. Calls f(o, offset).
+    /// position o in [o0, o1), in order: the flat offset in that channel of x, or -1 where o's
+    /// tap falls in the padding. Calls f(o - o0, offset).
     template <class F>
-    static void taps(const Geometry& g, std::size_t r, F&& f) {
+    static void taps(const Geometry& g, std::size_t r, std::size_t o0, std::size_t o1, F&& f) {
         const std::size_t k = g.in.size(), K = g.kernel_size();
-        std::size_t q = r % K;
-        std::vector<long> shift(k);  // per axis: the tap's position for o_d = 0
+        std::size_t q = r % K, rest = o0;
+        std::vector<long> shift(k);     // per axis: the tap's position for o_d = 0
+        std::vector<std::size_t> o(k);  // o0's multi-index, then stepped
         for (std::size_t d = k; d-- > 0;) {
             shift[d] = static_cast<long>((q % g.kernel[d]) * g.dilation[d]) - g.pad[d];
             q /= g.kernel[d];
+            o[d] = rest % g.out[d];
+            rest /= g.out[d];
         }
-        std::vector<std::size_t> o(k, 0);
-        const std::size_t O = g.out_size();
-        for (std::size_t i = 0; i < O; ++i) {
+        for (std::size_t i = o0; i < o1; ++i) {
             long off = 0;
             bool inside = true;
             for (std::size_t d = 0; d < k; ++d) {
@@ -139,7 +150,7 @@ struct Conv {
                 inside = inside && p >= 0 && p < static_cast<long>(g.in[d]);
                 off = off * static_cast<long>(g.in[d]) + p;
             }
-            f(i, inside ? off : -1L);
+            f(i - o0, inside ? off : -1L);
             for (std::size_t d = k; d-- > 0;) {
                 if (++o[d] < g.out[d]) break;
                 o[d] = 0;
@@ -147,15 +158,16 @@ struct Conv {
         }
     }
 
-    /// cols (patch x O) of one group of one image: x_ng points at the group's first channel.
+    /// cols (patch x (o1 - o0)): the patches of output positions [o0, o1) of one group of one
+    /// image, x_ng pointing at the group's first channel.
     template <class T>
-    static void im2col(const Geometry& g, const T* x_ng, T* cols) {
-        const std::size_t K = g.kernel_size(), O = g.out_size(), D = g.in_size();
-        parallel_chunks(g.patch(), grain_for(O), [&](std::size_t r0, std::size_t r1) {
+    static void im2col(const Geometry& g, const T* x_ng, std::size_t o0, std::size_t o1, T* cols) {
+        const std::size_t K = g.kernel_size(), w = o1 - o0, D = g.in_size();
+        parallel_chunks(g.patch(), grain_for(w), [&](std::size_t r0, std::size_t r1) {
             for (std::size_t r = r0; r < r1; ++r) {
                 const T* xc = x_ng + (r / K) * D;
-                T* row = cols + r * O;
-                taps(g, r, [&](std::size_t i, long off) { row[i] = off < 0 ? T(0) : xc[off]; });
+                T* row = cols + r * w;
+                taps(g, r, o0, o1, [&](std::size_t i, long off) { row[i] = off < 0 ? T(0) : xc[off]; });
             }
         });
     }
@@ -164,16 +176,18 @@ struct Conv {
     static void forward(const Attrs& a, In<T> in, Out<T> out) {
         const Geometry g = geometry(a, shape_of(*in[0]), shape_of(*in[1]));
         const std::size_t Mg = g.out_channels / g.groups, P = g.patch(), O = g.out_size(), Cg = g.channels / g.groups,
-                          D = g.in_size();
-        std::vector<T> cols(P * O);
+                          D = g.in_size(), chunk = chunk_of(g);
+        std::vector<T> cols(P * chunk);
         const T *x = in[0]->data(), *w = in[1]->data();
         T* y = out[0]->data();
         for (std::size_t n = 0; n < g.batch; ++n)
-            for (std::size_t grp = 0; grp < g.groups; ++grp) {
-                im2col(g, x + (n * g.channels + grp * Cg) * D, cols.data());
-                T* yg = y + (n * g.out_channels + grp * Mg) * O;
-                gemm<T>(false, false, Mg, O, P, T(1), w + grp * Mg * P, P, cols.data(), O, T(0), yg, O);
-            }
+            for (std::size_t grp = 0; grp < g.groups; ++grp)
+                for (std::size_t o0 = 0; o0 < O; o0 += chunk) {  // y_ng[:, o0:o1] = W_g · cols
+                    const std::size_t o1 = std::min(O, o0 + chunk);
+                    im2col(g, x + (n * g.channels + grp * Cg) * D, o0, o1, cols.data());
+                    gemm<T>(false, false, Mg, o1 - o0, P, T(1), w + grp * Mg * P, P, cols.data(), o1 - o0, T(0),
+                            y + (n * g.out_channels + grp * Mg) * O + o0, O);
+                }
         if (in.size() == 3) {
             const T* b = in[2]->data();
             parallel_chunks(g.batch * g.out_channels, grain_for(O), [&](std::size_t r0, std::size_t r1) {
@@ -183,37 +197,39 @@ struct Conv {
         }
     }
 
-    // in the forward pass this was: y_ng (M/g, O) = W_g (M/g, P) · cols_ng (P, O) + b
+    // in the forward pass this was: y_ng[:, o0:o1] (M/g, o1 - o0) = W_g (M/g, P) · cols (P, o1 - o0) + b
     template <class T>
     static void backward(const Attrs& a, In<T> in, In<T>, In<T> dout, Out<T> din) {
         const Geometry g = geometry(a, shape_of(*in[0]), shape_of(*in[1]));
         const std::size_t Mg = g.out_channels / g.groups, P = g.patch(), O = g.out_size(), Cg = g.channels / g.groups,
-                          D = g.in_size(), K = g.kernel_size();
+                          D = g.in_size(), K = g.kernel_size(), chunk = chunk_of(g);
         const T *x = in[0]->data(), *w = in[1]->data(), *dy = dout[0]->data();
-        std::vector<T> cols(P * O);
+        std::vector<T> cols(P * chunk);
         for (std::size_t n = 0; n < g.batch; ++n)
-            for (std::size_t grp = 0; grp < g.groups; ++grp) {
-                const T* dyg = dy + (n * g.out_channels + grp * Mg) * O;
-                if (din[1]) {  // dW_g (M/g, P) += dY_g (M/g, O) · colsᵀ (O, P)
-                    im2col(g, x + (n * g.channels + grp * Cg) * D, cols.data());
-                    gemm<T>(false, true, Mg, P, O, T(1), dyg, O, cols.data(), O, T(1), din[1]->data() + grp * Mg * P,
-                            P);
+            for (std::size_t grp = 0; grp < g.groups; ++grp)
+                for (std::size_t o0 = 0; o0 < O; o0 += chunk) {
+                    const std::size_t o1 = std::min(O, o0 + chunk), width = o1 - o0;
+                    const T* dyg = dy + (n * g.out_channels + grp * Mg) * O + o0;
+                    if (din[1]) {  // dW_g (M/g, P) += dY_g[:, o0:o1] · colsᵀ
+                        im2col(g, x + (n * g.channels + grp * Cg) * D, o0, o1, cols.data());
+                        gemm<T>(false, true, Mg, P, width, T(1), dyg, O, cols.data(), width, T(1),
+                                din[1]->data() + grp * Mg * P, P);
+                    }
+                    if (din[0]) {  // dcols (P, width) = W_gᵀ (P, M/g) · dY_g[:, o0:o1], then into dx
+                        gemm<T>(true, false, P, width, Mg, T(1), w + grp * Mg * P, P, dyg, O, T(0), cols.data(), width);
+                        T* dx = din[0]->data() + (n * g.channels + grp * Cg) * D;
+                        // a channel's rows are its K kernel offsets: channels add apart, offsets in order
+                        parallel_chunks(Cg, grain_for(K * width), [&](std::size_t c0, std::size_t c1) {
+                            for (std::size_t c = c0; c < c1; ++c)
+                                for (std::size_t r = c * K; r < (c + 1) * K; ++r) {
+                                    const T* row = cols.data() + r * width;
+                                    taps(g, r, o0, o1, [&](std::size_t i, long off) {
+                                        if (off >= 0) dx[c * D + static_cast<std::size_t>(off)] += row[i];
+                                    });
+                                }
+                        });
+                    }
                 }
-                if (din[0]) {  // dcols (P, O) = W_gᵀ (P, M/g) · dY_g (M/g, O), then into dx
-                    gemm<T>(true, false, P, O, Mg, T(1), w + grp * Mg * P, P, dyg, O, T(0), cols.data(), O);
-                    T* dx = din[0]->data() + (n * g.channels + grp * Cg) * D;
-                    // a channel's rows are its K kernel offsets: channels add apart, offsets in order
-                    parallel_chunks(Cg, grain_for(K * O), [&](std::size_t c0, std::size_t c1) {
-                        for (std::size_t c = c0; c < c1; ++c)
-                            for (std::size_t r = c * K; r < (c + 1) * K; ++r) {
-                                const T* row = cols.data() + r * O;
-                                taps(g, r, [&](std::size_t i, long off) {
-                                    if (off >= 0) dx[c * D + static_cast<std::size_t>(off)] += row[i];
-                                });
-                            }
-                    });
-                }
-            }
         if (in.size() == 3 && din[2]) {  // db[m] += dY[n, m, :] summed over n, then O, in order
             T* db = din[2]->data();
             parallel_chunks(g.out_channels, grain_for(g.batch * O), [&](std::size_t m0, std::size_t m1) {

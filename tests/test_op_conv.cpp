@@ -1,9 +1,11 @@
 // Conv: shape rule and its errors, forward against ONNX's documented examples and a direct
 // plain-loop convolution (1, 2 and 3 spatial axes; strides, uneven pads, dilations, groups,
-// a depthwise one; f64 and f32, bit-identical at 1, 2, 4 and 8 threads), backward against the
-// engine's gradcheck and, for a 1-D case, by hand.
+// a depthwise one; f64 and f32, bit-identical at 1, 2, 4 and 8 threads; patches large enough to
+// go in column chunks), backward against the engine's gradcheck, the direct loop's partial
+// derivatives and, for a 1-D case, by hand.
 #include <boost/test/unit_test.hpp>
 
+#include <algorithm>
 #include <vector>
 
 #include "engine/error.hpp"
@@ -20,10 +22,11 @@ namespace {
 
 /// The convolution by its definition: for every output element, the sum over its group's input
 /// channels and every kernel offset of W times x at o·stride − pad + q·dilation (skipped
-/// outside x), plus b.
+/// outside x), plus b. With dy: also dx and dW, each product's two partial derivatives.
 Array<double> direct_conv(const Array<double>& x, const Array<double>& w, const Array<double>* b,
                           const std::vector<int>& stride, const std::vector<int>& pads, const std::vector<int>& dil,
-                          int group) {
+                          int group, const Array<double>* dy = nullptr, Array<double>* dx = nullptr,
+                          Array<double>* dw = nullptr) {
     const Shape xs = shape_of(x), ws = shape_of(w);
     const std::size_t k = xs.size() - 2, N = xs[0], C = xs[1], M = ws[0], Cg = C / group, Mg = M / group;
     Shape ys = {N, M};
@@ -58,8 +61,13 @@ Array<double> direct_conv(const Array<double>& x, const Array<double>& w, const 
                         }
                         if (inside) {
                             const std::size_t xsp = x.size() / (N * C), wsp = w.size() / (M * Cg);
-                            s += w.data()[(m * Cg + c) * wsp + std::size_t(woff)] *
-                                 x.data()[(n * C + ci) * xsp + std::size_t(xoff)];
+                            const std::size_t wi = (m * Cg + c) * wsp + std::size_t(woff),
+                                              xi = (n * C + ci) * xsp + std::size_t(xoff);
+                            s += w.data()[wi] * x.data()[xi];
+                            if (dy) {
+                                dx->data()[xi] += w.data()[wi] * dy->data()[flat];
+                                dw->data()[wi] += x.data()[xi] * dy->data()[flat];
+                            }
                         }
                     } while (next(q, ws, 2));
                 }
@@ -162,6 +170,37 @@ BOOST_AUTO_TEST_CASE(backward_matches_finite_differences) {
                          {true, true, true}) < 1e-8);
     BOOST_TEST(gradcheck("Conv", conv_attrs({1, 2, 1}, {0, 1, 1, 0, 1, 0}, {1, 1, 2}, 1),
                          {uniform_array({1, 2, 3, 4, 3}, 7), uniform_array({2, 2, 2, 2, 2}, 8)}, {true, true}) < 1e-8);
+}
+
+BOOST_AUTO_TEST_CASE(large_patches_go_in_column_chunks) {
+    // 64 channels of 8x8 patches: 4096 rows of cols, so 1024 output positions a chunk (cols at
+    // most 2^22 values); 33x33 = 1089 positions: a chunk of 1024 and one of 65. Forward and
+    // backward against the direct loop (dx and dW its partial derivatives, dy uniform noise)
+    const Array<double> x = uniform_array({1, 64, 40, 40}, 21), w = uniform_array({2, 64, 8, 8}, 22),
+                        dy = uniform_array({1, 2, 33, 33}, 23);
+    Array<double> dx = Array<double>::from_shape({1, 64, 40, 40}), dw = Array<double>::from_shape({2, 64, 8, 8});
+    std::fill(dx.data(), dx.data() + dx.size(), 0.0);
+    std::fill(dw.data(), dw.data() + dw.size(), 0.0);
+    const Array<double> y = direct_conv(x, w, nullptr, {1, 1}, {0, 0, 0, 0}, {1, 1}, 1, &dy, &dx, &dw);
+    check_against_reference("Conv", nullptr, {x, w}, {y}, 1e-12, 1e-4);  // f32: sums of 4096 products
+    const auto d = backward_all<double>("Conv", nullptr, {x, w}, {dy}, {true, true});
+    BOOST_TEST(rel_diff(d[0], dx) <= 1e-12);
+    BOOST_TEST(rel_diff(d[1], dw) <= 1e-12);
+}
+
+BOOST_AUTO_TEST_CASE(backward_matches_the_direct_loop) {
+    // strides, uneven pads, dilation and groups, with the direct loop's partial derivatives
+    const Array<double> x = uniform_array({2, 4, 9, 7}, 31), w = uniform_array({6, 2, 3, 2}, 32),
+                        dy = uniform_array({2, 6, 4, 7}, 33);
+    Array<double> dx = Array<double>::from_shape({2, 4, 9, 7}), dw = Array<double>::from_shape({6, 2, 3, 2});
+    std::fill(dx.data(), dx.data() + dx.size(), 0.0);
+    std::fill(dw.data(), dw.data() + dw.size(), 0.0);
+    const json a = conv_attrs({2, 1}, {1, 0, 2, 1}, {2, 1}, 2);
+    const Array<double> y = direct_conv(x, w, nullptr, {2, 1}, {1, 0, 2, 1}, {2, 1}, 2, &dy, &dx, &dw);
+    BOOST_TEST_REQUIRE((shape_of(y) == Shape{2, 6, 4, 7}));
+    const auto d = backward_all<double>("Conv", a, {x, w}, {dy}, {true, true});
+    BOOST_TEST(rel_diff(d[0], dx) <= 1e-12);
+    BOOST_TEST(rel_diff(d[1], dw) <= 1e-12);
 }
 
 BOOST_AUTO_TEST_CASE(backward_by_hand) {
