@@ -94,6 +94,17 @@ static void BM_Concat(benchmark::State& state) {  // 12 heads' O (n, 64) -> (n, 
            static_cast<int>(state.range(1)));
 }
 
+// Conv (ops/conv.hpp) at its two uses in front of attention; arguments: threads
+static void BM_ConvPatchEmbedding(benchmark::State& state) {  // ViT-B/16: (1, 3, 224, 224), 16x16 patches -> 768
+    run_op(state, "Conv", {{"strides", {16, 16}}}, {{1, 3, 224, 224}, {d_model, 3, 16, 16}, {d_model}},
+           static_cast<int>(state.range(0)));
+    set_flops(state, 2.0 * 196 * d_model * 3 * 16 * 16);
+}
+static void BM_ConvAudioFrontEnd(benchmark::State& state) {  // Whisper tiny: (1, 80, 3000), k 3, pad 1 -> 384
+    run_op(state, "Conv", {{"pads", {1, 1}}}, {{1, 80, 3000}, {384, 80, 3}, {384}}, static_cast<int>(state.range(0)));
+    set_flops(state, 2.0 * 3000 * 384 * 80 * 3);
+}
+
 static void BM_Gemm(benchmark::State& state) {  // N x N x N through engine/gemm.hpp
     const std::size_t n = arg(state, 0);
     const Array<float> a = random_array({n, n}, 1), b = random_array({n, n}, 2);
@@ -186,6 +197,16 @@ BENCHMARK(BM_SoftmaxAxis0)->Apply(sizes);
 BENCHMARK(BM_Concat)->Apply(sizes);
 BENCHMARK(BM_AttentionHeadFused)->Apply(sizes);
 BENCHMARK(BM_AttentionHeadPlain)->Apply(sizes);
+BENCHMARK(BM_ConvPatchEmbedding)
+    ->ArgsProduct({{1, 2}})
+    ->ArgNames({"threads"})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+BENCHMARK(BM_ConvAudioFrontEnd)
+    ->ArgsProduct({{1, 2}})
+    ->ArgNames({"threads"})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
 BENCHMARK(BM_GemmFewRows)
     ->ArgsProduct({{128}, {1, 2}})
     ->ArgNames({"m", "threads"})
