@@ -12,6 +12,7 @@
 // patch (col2im, each input channel by itself), db = dY summed over n and O in order.
 #pragma once
 #include <algorithm>
+#include <climits>
 #include <optional>
 #include <vector>
 
@@ -81,6 +82,10 @@ struct Conv {
             throw ShapeError("W (" + shape_str(w) + ") must have x's channels / group = " +
                              std::to_string(g.channels / g.groups) + " input channels, x is (" + shape_str(x) + ")");
         for (std::size_t d = 0; d < k; ++d) {
+            // (sizes near 2^63 would overflow below: an ONNX model may declare any shape)
+            if (double(dilations[d]) * double(w[d + 2]) > 1e18 || double(x[d + 2]) + 2.0 * INT_MAX > 1e18)
+                throw ShapeError("spatial axis " + std::to_string(d) + " of x (" + shape_str(x) + ") or W (" +
+                                 shape_str(w) + ") is too large");
             const long span = static_cast<long>(dilations[d]) * (static_cast<long>(w[d + 2]) - 1) + 1;
             const long padded = static_cast<long>(x[d + 2]) + pads[d] + pads[d + k];
             if (w[d + 2] == 0 || padded < span)

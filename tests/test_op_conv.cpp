@@ -102,6 +102,8 @@ BOOST_AUTO_TEST_CASE(shape_rule_and_its_errors) {
     BOOST_CHECK_THROW(infer("Conv", {{"pads", {-1, 0}}}, {{1, 1, 9}, {1, 1, 3}}), ShapeError);
     BOOST_CHECK_THROW(infer("Conv", nullptr, {{1, 1, 9}, {2, 1, 3}, {3}}), ShapeError);  // bias length
     BOOST_CHECK_THROW(infer("Conv", nullptr, {{1, 9}, {1, 9}}), ShapeError);
+    BOOST_CHECK_THROW(infer("Conv", {{"dilations", {1 << 30}}}, {{0, 1, 9}, {1, 1, std::size_t(1) << 40}}), ShapeError);
+    BOOST_CHECK_THROW(infer("Conv", nullptr, {{0, 1, std::size_t(1) << 62}, {1, 1, 3}}), ShapeError);
     GraphBuilder g("t");
     Value x = g.input("x", zeros(DType::f32, {1, 3, 32, 32}));
     Value w = g.param("w", zeros(DType::f32, {8, 3, 4, 4}));
