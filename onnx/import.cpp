@@ -1520,6 +1520,78 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
         define(out0, name, ys, et);
         return;
     }
+    if (op == "BatchNormalization") {
+        // inference mode (a model exported in eval mode): y = x·a + c per channel (axis 1), with
+        // a = scale / √(var + ε) and c = B − mean·a folded from the constant statistics into
+        // `NAME.factor` and `NAME.shift` ((C, 1, ..., 1) for x of rank r: r − 1 axes), applied by
+        // `NAME.scaled` (Mul) and NAME (Add)
+        check_attrs({"epsilon", "momentum", "training_mode", "spatial"});
+        const Value& x = arg(0);
+        if (attr_int(node, "training_mode", 0) != 0)
+            throw GraphError(where + ": training_mode 1 (batch statistics) is not supported, only inference; shapes " +
+                             shapes_text());
+        for (int k = 1; k < node.output_size(); ++k)
+            if (!node.output(k).empty())
+                throw GraphError(where + ": the running statistics outputs (training mode) are not supported; shapes " +
+                                 shapes_text());
+        if (attr_int(node, "spatial", 1) != 1)
+            throw GraphError(where + ": spatial 0 (statistics per element) is not supported; shapes " + shapes_text());
+        if (x.shape.size() < 2) throw ShapeError(where + ": x must be (N, C, ...)");
+        const std::size_t channels = x.shape[1];
+        const char* what[] = {"", "scale", "B", "input_mean", "input_var"};
+        for (std::size_t i = 1; i <= 4; ++i) {
+            if (arg(i).shape != Shape{channels})
+                throw ShapeError(where + ": " + what[i] + " must be (" + std::to_string(channels) + "), x's channels");
+            if (!arg(i).is_const)
+                throw ShapeError(where + ": " + what[i] + " '" + node.input(static_cast<int>(i)) +
+                                 "' is computed from the graph's inputs: only constant statistics and weights are "
+                                 "supported (inference mode)");
+        }
+        const double eps = attr_float(node, "epsilon", 1e-5f);
+        std::vector<double> factor(channels), shift(channels);
+        for (std::size_t c = 0; c < channels; ++c) {
+            factor[c] = arg(1).c.values[c] / std::sqrt(arg(4).c.values[c] + eps);
+            shift[c] = arg(2).c.values[c] - arg(3).c.values[c] * factor[c];
+        }
+        Shape per_channel(x.shape.size() - 1, 1);
+        per_channel[0] = channels;
+        const std::string name = out_name(0);
+        const std::string f = constant(name + ".factor", TP::FLOAT, per_channel, factor),
+                          b = constant(name + ".shift", TP::FLOAT, per_channel, shift);
+        emit("Mul", name + ".scaled", {materialize(input(0)), f});
+        emit("Add", name, {name + ".scaled", b});
+        define(out0, name, x.shape, et);
+        return;
+    }
+    if (op == "InstanceNormalization") {
+        // x normalized over its spatial axes per (n, c): `NAME.normalized`, a LayerNormalization
+        // from axis 2 (its scale `NAME.one`); then times scale and plus B per channel (`NAME.scaled`,
+        // NAME), each (C) reshaped to (C, 1, ..., 1) (`NAME.scale`, `NAME.bias` when computed)
+        check_attrs({"epsilon"});
+        const Value& x = arg(0);
+        if (x.shape.size() < 3) throw ShapeError(where + ": x must be (N, C, D1, ...)");
+        const std::size_t channels = x.shape[1];
+        for (std::size_t i = 1; i <= 2; ++i)
+            if (arg(i).shape != Shape{channels})
+                throw ShapeError(where + ": " + (i == 1 ? "scale" : "B") + " must be (" + std::to_string(channels) +
+                                 "), x's channels");
+        const std::string name = out_name(0);
+        Shape per_channel(x.shape.size() - 1, 1);
+        per_channel[0] = channels;
+        const auto channelwise = [&](std::size_t i, const std::string& part) {
+            if (arg(i).is_const) return constant(name + "." + part, TP::FLOAT, per_channel, arg(i).c.values);
+            emit("Reshape", name + "." + part, {materialize(input(i))},
+                 {{"shape", std::vector<std::int64_t>(per_channel.begin(), per_channel.end())}});
+            return name + "." + part;
+        };
+        const double eps = attr_float(node, "epsilon", 1e-5f);
+        emit("LayerNormalization", name + ".normalized",
+             {materialize(input(0)), constant(name + ".one", TP::FLOAT, {1}, {1.0})}, {{"axis", 2}, {"epsilon", eps}});
+        emit("Mul", name + ".scaled", {name + ".normalized", channelwise(1, "scale")});
+        emit("Add", name, {name + ".scaled", channelwise(2, "bias")});
+        define(out0, name, x.shape, et);
+        return;
+    }
     if (op == "RMSNormalization" || op == "LayerNormalization") {
         check_attrs({"axis", "epsilon", "stash_type"});
         const Value& x = arg(0);

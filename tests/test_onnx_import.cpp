@@ -1799,6 +1799,75 @@ BOOST_AUTO_TEST_CASE(conv_in_one_to_three_dimensions_matches_onnx_runtime) {
                      "strides.onnx: node '/conv' (Conv): strides has 2 entries, 1 needed for 1 spatial axes");
 }
 
+// BatchNormalization (inference: constant statistics, 4-D x, an epsilon of its own) and
+// InstanceNormalization (3-D x, scale a graph input: reshaped per channel at run time, B a
+// constant): against ONNX Runtime, and the batch norm's gradient, a per-channel constant
+// scale / √(var + ε), by hand. Training mode and computed statistics: one error line each.
+BOOST_AUTO_TEST_CASE(batch_and_instance_normalization_match_onnx_runtime) {
+    TempDir tmp;
+    onnx::GraphProto g;
+    add_input(g, "X", {2, 3, 4, 5});
+    add_input(g, "Xi", {2, 3, 7});
+    add_input(g, "S", {3});
+    const std::vector<float> scale = {0.5f, 1.5f, -2}, bias = {0.25f, -1, 0.5f}, mean = {0.1f, -0.3f, 2},
+                             var = {0.8f, 1.7f, 0.05f};
+    add_init(g, "scale", {3}, scale);
+    add_init(g, "bias", {3}, bias);
+    add_init(g, "mean", {3}, mean);
+    add_init(g, "var", {3}, var);
+    attr_float(add_node(g, "BatchNormalization", {"X", "scale", "bias", "mean", "var"}, {"BN"}), "epsilon", 1e-3f);
+    attr_float(add_node(g, "InstanceNormalization", {"Xi", "S", "bias"}, {"IN"}), "epsilon", 1e-4f);
+    add_output(g, "BN");
+    add_output(g, "IN");
+    write(model_of(g), tmp.path / "norms.onnx");
+    Array<float> x = Array<float>::from_shape({2, 3, 4, 5}), xi = Array<float>::from_shape({2, 3, 7});
+    for (std::size_t i = 0; i < x.size(); ++i) x.data()[i] = 0.125f * static_cast<float>((i * 5) % 17) - 1;
+    for (std::size_t i = 0; i < xi.size(); ++i) xi.data()[i] = 0.25f * static_cast<float>((i * 3) % 13) - 1.5f;
+    save_npy(tmp.path / "X.npy", Tensor(x));
+    save_npy(tmp.path / "Xi.npy", Tensor(xi));
+    save_npy(tmp.path / "S.npy", Tensor(Array<float>({0.75f, -1.25f, 2})));
+    const std::string inputs = " --input X=X.npy --input Xi=Xi.npy --input S=S.npy";
+    const CliResult r = run_cli("run norms.onnx" + inputs + " --trace t", tmp.path);
+    BOOST_TEST_REQUIRE(r.code == 0, r.err);
+    const OrtCheck ort = ort_check(tmp.path / "norms.onnx", tmp.path / "t", "1e-5");
+    BOOST_TEST(ort.status == 0, ort.report);
+    BOOST_TEST(ort.lines() == 2, ort.report);
+    const CliResult gr = run_cli("grad norms.onnx" + inputs + " --wrt X --trace g", tmp.path);
+    BOOST_TEST_REQUIRE(gr.code == 0, gr.err);
+    const Tensor dx = load_npy(grad_file(tmp.path / "g", "X"));
+    for (std::size_t i = 0; i < x.size(); ++i) {
+        const std::size_t c = (i / 20) % 3;
+        const double want = double(scale[c]) / std::sqrt(double(var[c]) + double(1e-3f));
+        BOOST_TEST(std::abs(dx.at_flat(i) - want) <= 1e-6 * std::abs(want), "dX[" << i << "]");
+    }
+
+    const auto model = [&](const std::string& file, auto&& build) {
+        onnx::GraphProto b;
+        add_input(b, "X", {2, 3, 4});
+        add_input(b, "M", {3});
+        add_init(b, "scale", {3}, scale);
+        add_init(b, "bias", {3}, bias);
+        add_init(b, "mean", {3}, mean);
+        add_init(b, "var", {3}, var);
+        build(b);
+        add_output(b, "Y");
+        write(model_of(b), tmp.path / file);
+    };
+    model("train.onnx", [](onnx::GraphProto& b) {
+        attr_int(add_node(b, "BatchNormalization", {"X", "scale", "bias", "mean", "var"}, {"Y"}, "/bn"),
+                 "training_mode", 1);
+    });
+    expect_one_error(tmp, "check train.onnx",
+                     "train.onnx: node '/bn' (BatchNormalization): training_mode 1 (batch statistics) is not "
+                     "supported, only inference; shapes (2x3x4), (3), (3), (3), (3)");
+    model("computed.onnx", [](onnx::GraphProto& b) {
+        add_node(b, "BatchNormalization", {"X", "scale", "bias", "M", "var"}, {"Y"}, "/bn");
+    });
+    expect_one_error(tmp, "check computed.onnx",
+                     "computed.onnx: node '/bn' (BatchNormalization): input_mean 'M' is computed from the graph's "
+                     "inputs: only constant statistics and weights are supported (inference mode)");
+}
+
 // A graph output that is another value under a new name (Identity, a Cast that needs no node)
 // is a node of its own name: `run` prints it and the trace holds it under the model's name,
 // with the value it passes on
