@@ -50,14 +50,22 @@ struct Gather {
     template <class T, class P = std::size_t>
     static void positions(const Array<T>& indices, std::size_t len, int axis, std::size_t p0, std::size_t p1,
                           P* pos = nullptr) {
-        const double n = static_cast<double>(len);
         for (std::size_t p = p0; p < p1; ++p) {
-            const T v = indices.data()[p];
-            // a whole number in [-n, n) (NaN fails the comparisons)
-            if (!(static_cast<double>(v) >= -n && static_cast<double>(v) < n && std::trunc(v) == v))
-                bad_index(indices, len, axis, p);
-            if (pos) pos[p] = static_cast<P>(position(v, len));
+            const std::size_t at = checked_position(indices, p, len, axis);
+            if (pos) pos[p] = static_cast<P>(at);
         }
+    }
+
+    /// The position in [0, len) of indices[p], a whole number in [-len, len); ValueError naming
+    /// it, its place and the axis otherwise (ScatterND checks its tuples' entries with it too).
+    template <class T>
+    static std::size_t checked_position(const Array<T>& indices, std::size_t p, std::size_t len, int axis) {
+        const T v = indices.data()[p];
+        const double n = static_cast<double>(len);
+        // a whole number in [-n, n) (NaN fails the comparisons)
+        if (!(static_cast<double>(v) >= -n && static_cast<double>(v) < n && std::trunc(v) == v))
+            bad_index(indices, len, axis, p);
+        return position(v, len);
     }
 
     /// The indices as positions in [0, len); throws ValueError on the first bad one.
@@ -118,8 +126,8 @@ private:
         const long n = static_cast<long>(len);
         throw ValueError(std::string("index ") + buf + " at flat position " + std::to_string(p) + " of indices (" +
                          shape_str(shape_of(indices)) + ") is " + (whole ? "out of range" : "not a whole number") +
-                         " for axis " + std::to_string(axis) + " of size " + std::to_string(len) + " (allowed: " +
-                         std::to_string(-n) + " to " + std::to_string(n - 1) + ")");
+                         " for axis " + std::to_string(axis) + " of size " + std::to_string(len) +
+                         " (allowed: " + std::to_string(-n) + " to " + std::to_string(n - 1) + ")");
     }
 };
 

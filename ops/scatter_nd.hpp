@@ -10,11 +10,10 @@
 // ops/scatter_reduction.hpp (reduction none: ddata is dy outside the written slices, dupdates
 // the slice of dy each kept tuple wrote, 0 for a tuple overwritten later).
 #pragma once
-#include <cmath>
-#include <cstdio>
 #include <vector>
 
 #include "ops/common.hpp"
+#include "ops/gather.hpp"
 #include "ops/scatter_reduction.hpp"
 
 namespace attngraph::ops {
@@ -62,14 +61,8 @@ struct ScatterND {
         std::vector<std::size_t> at(tuples);
         for (std::size_t t = 0; t < tuples; ++t) {
             std::size_t off = 0;
-            for (std::size_t j = 0; j < k; ++j) {
-                const T v = indices.data()[t * k + j];
-                const double n = static_cast<double>(ds[j]);
-                if (!(static_cast<double>(v) >= -n && static_cast<double>(v) < n && std::trunc(v) == v))
-                    bad_index(indices, ds, t * k + j, j);
-                const long i = static_cast<long>(v);
-                off += static_cast<std::size_t>(i < 0 ? i + static_cast<long>(ds[j]) : i) * strides[j];
-            }
+            for (std::size_t j = 0; j < k; ++j)
+                off += Gather::checked_position(indices, t * k + j, ds[j], static_cast<int>(j)) * strides[j];
             at[t] = off;
         }
         return at;
@@ -90,20 +83,6 @@ struct ScatterND {
         scatter::backward(scatter::reduction(a.reduction), in[0]->data(), in[2]->data(), out[0]->data(),
                           dout[0]->data(), din[0] ? din[0]->data() : nullptr, din[2] ? din[2]->data() : nullptr,
                           in[0]->size(), at, slice);
-    }
-
-private:
-    template <class T>
-    [[noreturn]] static void bad_index(const Array<T>& indices, const Shape& data, std::size_t p, std::size_t axis) {
-        const T v = indices.data()[p];
-        const bool whole = std::isfinite(v) && std::trunc(v) == v;
-        char buf[64];
-        std::snprintf(buf, sizeof buf, "%.17g", static_cast<double>(v));
-        const long n = static_cast<long>(data[axis]);
-        throw ValueError(std::string("index ") + buf + " at flat position " + std::to_string(p) + " of indices (" +
-                         shape_str(shape_of(indices)) + ") is " + (whole ? "out of range" : "not a whole number") +
-                         " for axis " + std::to_string(axis) + " of size " + std::to_string(n) +
-                         " (allowed: " + std::to_string(-n) + " to " + std::to_string(n - 1) + ")");
     }
 };
 

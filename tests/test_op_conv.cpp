@@ -77,6 +77,22 @@ Array<double> direct_conv(const Array<double>& x, const Array<double>& w, const 
     return y;
 }
 
+/// The direct loop's output with dx and dW for output gradient dy (no bias).
+struct Direct {
+    Array<double> y, dx, dw;
+};
+Direct direct_with_gradients(const Array<double>& x, const Array<double>& w, const Array<double>& dy,
+                             const std::vector<int>& stride, const std::vector<int>& pads, const std::vector<int>& dil,
+                             int group) {
+    Direct d;
+    d.dx = Array<double>::from_shape(shape_of(x));
+    d.dw = Array<double>::from_shape(shape_of(w));
+    std::fill(d.dx.data(), d.dx.data() + d.dx.size(), 0.0);
+    std::fill(d.dw.data(), d.dw.data() + d.dw.size(), 0.0);
+    d.y = direct_conv(x, w, nullptr, stride, pads, dil, group, &dy, &d.dx, &d.dw);
+    return d;
+}
+
 json conv_attrs(const std::vector<int>& stride, const std::vector<int>& pads, const std::vector<int>& dil, int group) {
     return {{"strides", stride}, {"pads", pads}, {"dilations", dil}, {"group", group}};
 }
@@ -180,29 +196,23 @@ BOOST_AUTO_TEST_CASE(large_patches_go_in_column_chunks) {
     // backward against the direct loop (dx and dW its partial derivatives, dy uniform noise)
     const Array<double> x = uniform_array({1, 64, 40, 40}, 21), w = uniform_array({2, 64, 8, 8}, 22),
                         dy = uniform_array({1, 2, 33, 33}, 23);
-    Array<double> dx = Array<double>::from_shape({1, 64, 40, 40}), dw = Array<double>::from_shape({2, 64, 8, 8});
-    std::fill(dx.data(), dx.data() + dx.size(), 0.0);
-    std::fill(dw.data(), dw.data() + dw.size(), 0.0);
-    const Array<double> y = direct_conv(x, w, nullptr, {1, 1}, {0, 0, 0, 0}, {1, 1}, 1, &dy, &dx, &dw);
-    check_against_reference("Conv", nullptr, {x, w}, {y}, 1e-12, 1e-4);  // f32: sums of 4096 products
+    const Direct want = direct_with_gradients(x, w, dy, {1, 1}, {0, 0, 0, 0}, {1, 1}, 1);
+    check_against_reference("Conv", nullptr, {x, w}, {want.y}, 1e-12, 1e-4);  // f32: sums of 4096 products
     const auto d = backward_all<double>("Conv", nullptr, {x, w}, {dy}, {true, true});
-    BOOST_TEST(rel_diff(d[0], dx) <= 1e-12);
-    BOOST_TEST(rel_diff(d[1], dw) <= 1e-12);
+    BOOST_TEST(rel_diff(d[0], want.dx) <= 1e-12);
+    BOOST_TEST(rel_diff(d[1], want.dw) <= 1e-12);
 }
 
 BOOST_AUTO_TEST_CASE(backward_matches_the_direct_loop) {
     // strides, uneven pads, dilation and groups, with the direct loop's partial derivatives
     const Array<double> x = uniform_array({2, 4, 9, 7}, 31), w = uniform_array({6, 2, 3, 2}, 32),
                         dy = uniform_array({2, 6, 4, 7}, 33);
-    Array<double> dx = Array<double>::from_shape({2, 4, 9, 7}), dw = Array<double>::from_shape({6, 2, 3, 2});
-    std::fill(dx.data(), dx.data() + dx.size(), 0.0);
-    std::fill(dw.data(), dw.data() + dw.size(), 0.0);
-    const json a = conv_attrs({2, 1}, {1, 0, 2, 1}, {2, 1}, 2);
-    const Array<double> y = direct_conv(x, w, nullptr, {2, 1}, {1, 0, 2, 1}, {2, 1}, 2, &dy, &dx, &dw);
-    BOOST_TEST_REQUIRE((shape_of(y) == Shape{2, 6, 4, 7}));
-    const auto d = backward_all<double>("Conv", a, {x, w}, {dy}, {true, true});
-    BOOST_TEST(rel_diff(d[0], dx) <= 1e-12);
-    BOOST_TEST(rel_diff(d[1], dw) <= 1e-12);
+    const Direct want = direct_with_gradients(x, w, dy, {2, 1}, {1, 0, 2, 1}, {2, 1}, 2);
+    BOOST_TEST_REQUIRE((shape_of(want.y) == Shape{2, 6, 4, 7}));
+    const auto d =
+        backward_all<double>("Conv", conv_attrs({2, 1}, {1, 0, 2, 1}, {2, 1}, 2), {x, w}, {dy}, {true, true});
+    BOOST_TEST(rel_diff(d[0], want.dx) <= 1e-12);
+    BOOST_TEST(rel_diff(d[1], want.dw) <= 1e-12);
 }
 
 BOOST_AUTO_TEST_CASE(backward_by_hand) {
