@@ -1592,6 +1592,62 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
         define(out0, name, x.shape, et);
         return;
     }
+    if (op == "GroupNormalization") {
+        // x (N, C, D1, ...) normalized per (n, group) over the group's C/G channels and the
+        // spatial axes: `NAME.grouped` (N, G, C/G·D1·...), `NAME.normalized` a LayerNormalization
+        // from axis 2 (its scale `NAME.one`). Opset 18's scale and bias are per group, (G): applied
+        // there as (G, 1) (`NAME.group_scaled`, `NAME.group_shifted`), then NAME the Reshape back
+        // to x's shape. From opset 21 they are per channel, (C): NAME.ungrouped the Reshape back,
+        // then `NAME.scaled` and NAME as InstanceNormalization's. stash_type: the graph's dtype.
+        check_attrs({"epsilon", "num_groups", "stash_type"});
+        const Value& x = arg(0);
+        if (!onnx_fold::find_attr(node, "num_groups"))
+            throw GraphError(where + ": the attribute num_groups is required; shapes " + shapes_text());
+        if (x.shape.size() < 2) throw ShapeError(where + ": x must be (N, C, ...); shapes " + shapes_text());
+        const std::int64_t groups = attr_int(node, "num_groups", 0);
+        const std::size_t channels = x.shape[1];
+        if (groups < 1 || channels % static_cast<std::size_t>(groups) != 0)
+            throw ShapeError(where + ": num_groups " + std::to_string(groups) + " does not divide x's channels " +
+                             std::to_string(channels) + "; shapes " + shapes_text());
+        const auto g = static_cast<std::size_t>(groups);
+        const bool per_channel = m_opset >= 21;
+        const std::size_t affine = per_channel ? channels : g;
+        for (std::size_t i = 1; i <= 2; ++i)
+            if (arg(i).shape != Shape{affine})
+                throw ShapeError(where + ": " + (i == 1 ? "scale" : "bias") + " must be (" + std::to_string(affine) +
+                                 "), " + (per_channel ? "x's channels" : "num_groups (opset 18; per channel from 21)") +
+                                 "; shapes " + shapes_text());
+        const std::string name = out_name(0);
+        // scale or bias as `shape` (a constant, or a Reshape when computed)
+        const auto affine_as = [&](std::size_t i, const std::string& part, const Shape& shape) {
+            if (arg(i).is_const) return constant(name + "." + part, TP::FLOAT, shape, arg(i).c.values);
+            emit("Reshape", name + "." + part, {materialize(input(i))},
+                 {{"shape", std::vector<std::int64_t>(shape.begin(), shape.end())}});
+            return name + "." + part;
+        };
+        std::size_t group_size = channels / g;
+        for (std::size_t d = 2; d < x.shape.size(); ++d) group_size *= x.shape[d];
+        const std::vector<std::int64_t> grouped = {static_cast<std::int64_t>(x.shape[0]), groups,
+                                                   static_cast<std::int64_t>(group_size)},
+                                        back(x.shape.begin(), x.shape.end());
+        const double eps = attr_float(node, "epsilon", 1e-5f);
+        emit("Reshape", name + ".grouped", {materialize(input(0))}, {{"shape", grouped}});
+        emit("LayerNormalization", name + ".normalized",
+             {name + ".grouped", constant(name + ".one", TP::FLOAT, {1}, {1.0})}, {{"axis", 2}, {"epsilon", eps}});
+        if (per_channel) {
+            Shape channelwise(x.shape.size() - 1, 1);
+            channelwise[0] = channels;
+            emit("Reshape", name + ".ungrouped", {name + ".normalized"}, {{"shape", back}});
+            emit("Mul", name + ".scaled", {name + ".ungrouped", affine_as(1, "scale", channelwise)});
+            emit("Add", name, {name + ".scaled", affine_as(2, "bias", channelwise)});
+        } else {
+            emit("Mul", name + ".group_scaled", {name + ".normalized", affine_as(1, "scale", {g, 1})});
+            emit("Add", name + ".group_shifted", {name + ".group_scaled", affine_as(2, "bias", {g, 1})});
+            emit("Reshape", name, {name + ".group_shifted"}, {{"shape", back}});
+        }
+        define(out0, name, x.shape, et);
+        return;
+    }
     if (op == "RMSNormalization" || op == "LayerNormalization") {
         check_attrs({"axis", "epsilon", "stash_type"});
         const Value& x = arg(0);

@@ -1868,6 +1868,107 @@ BOOST_AUTO_TEST_CASE(batch_and_instance_normalization_match_onnx_runtime) {
                      "inputs: only constant statistics and weights are supported (inference mode)");
 }
 
+// GroupNormalization at opset 18 (scale and bias per group: scale a constant, bias a graph
+// input, reshaped at run time) and at opset 21 (per channel: the other way round; 3-D x, an
+// epsilon of its own): against a plain loop in double (statistics per sample and group over
+// the group's channels and positions) and against ONNX Runtime. A missing num_groups, one
+// that does not divide the channels, and opset 18's scale given per channel: one line each.
+BOOST_AUTO_TEST_CASE(group_normalization_matches_a_plain_loop_and_onnx_runtime) {
+    TempDir tmp;
+    struct Case {
+        std::string file;
+        std::int64_t opset;
+        std::vector<std::int64_t> x_dims;
+        std::int64_t groups;
+        float epsilon;
+    };
+    const std::vector<Case> cases = {{"gn18.onnx", 18, {2, 6, 3, 4}, 3, 1e-5f}, {"gn21.onnx", 21, {2, 6, 5}, 2, 1e-3f}};
+    for (const Case& c : cases) {
+        const std::size_t channels = 6, affine = c.opset < 21 ? static_cast<std::size_t>(c.groups) : channels;
+        std::vector<float> constant(affine), given(affine);
+        for (std::size_t i = 0; i < affine; ++i) {
+            constant[i] = 0.5f + 0.25f * static_cast<float>(i);
+            given[i] = -0.75f + 0.5f * static_cast<float>(i % 3);
+        }
+        onnx::GraphProto g;
+        add_input(g, "X", c.x_dims);
+        add_input(g, "P", {static_cast<std::int64_t>(affine)});
+        add_init(g, "K", {static_cast<std::int64_t>(affine)}, constant);
+        // opset 18: scale K (constant), bias P; opset 21: scale P, bias K
+        auto* n = add_node(
+            g, "GroupNormalization",
+            c.opset < 21 ? std::vector<std::string>{"X", "K", "P"} : std::vector<std::string>{"X", "P", "K"}, {"Y"});
+        attr_int(n, "num_groups", c.groups);
+        attr_float(n, "epsilon", c.epsilon);
+        add_output(g, "Y");
+        onnx::ModelProto m = model_of(g);
+        m.mutable_opset_import(0)->set_version(c.opset);
+        write(m, tmp.path / c.file);
+
+        std::vector<std::size_t> shape(c.x_dims.begin(), c.x_dims.end());
+        Array<float> x = Array<float>::from_shape(shape);
+        for (std::size_t i = 0; i < x.size(); ++i) x.data()[i] = 0.2f * static_cast<float>((i * 7) % 11) - 1;
+        save_npy(tmp.path / "X.npy", Tensor(x));
+        Array<float> p = Array<float>::from_shape({affine});
+        std::copy(given.begin(), given.end(), p.data());
+        save_npy(tmp.path / "P.npy", Tensor(p));
+        const std::string trace = "t" + std::to_string(c.opset);
+        const CliResult r = run_cli("run " + c.file + " --input X=X.npy --input P=P.npy --trace " + trace, tmp.path);
+        BOOST_TEST_REQUIRE(r.code == 0, r.err);
+        const Tensor y = load_npy(tmp.path / trace / "Y.npy");
+        BOOST_TEST_REQUIRE(y.size() == x.size());
+
+        const std::size_t batch = shape[0], per_channel = x.size() / (batch * channels),
+                          per_group = channels / static_cast<std::size_t>(c.groups);
+        const std::vector<float>& scale = c.opset < 21 ? constant : given;
+        const std::vector<float>& bias = c.opset < 21 ? given : constant;
+        for (std::size_t b = 0; b < batch; ++b)
+            for (std::size_t gr = 0; gr < static_cast<std::size_t>(c.groups); ++gr) {
+                const std::size_t first = (b * channels + gr * per_group) * per_channel,
+                                  count = per_group * per_channel;
+                double mean = 0, var = 0;
+                for (std::size_t i = 0; i < count; ++i) mean += x.data()[first + i];
+                mean /= static_cast<double>(count);
+                for (std::size_t i = 0; i < count; ++i)
+                    var += (x.data()[first + i] - mean) * (x.data()[first + i] - mean);
+                var /= static_cast<double>(count);
+                for (std::size_t i = 0; i < count; ++i) {
+                    const std::size_t channel = gr * per_group + i / per_channel,
+                                      k = c.opset < 21 ? gr : channel;  // which scale and bias
+                    const double want =
+                        (x.data()[first + i] - mean) / std::sqrt(var + double(c.epsilon)) * scale[k] + bias[k];
+                    BOOST_TEST(std::abs(y.at_flat(first + i) - want) <= 2e-6 * std::max(1.0, std::abs(want)),
+                               c.file << " Y[" << first + i << "] = " << y.at_flat(first + i) << ", want " << want);
+                }
+            }
+        const OrtCheck ort = ort_check(tmp.path / c.file, tmp.path / trace, "1e-5");
+        BOOST_TEST(ort.status == 0, c.file << ": " << ort.report);
+        BOOST_TEST(ort.lines() == 1, c.file << ": " << ort.report);
+    }
+
+    const auto model = [&](const std::string& file, std::int64_t opset, std::size_t affine, auto&& attrs) {
+        onnx::GraphProto b;
+        add_input(b, "X", {2, 6, 4});
+        add_init(b, "S", {static_cast<std::int64_t>(affine)}, std::vector<float>(affine, 1.0f));
+        attrs(add_node(b, "GroupNormalization", {"X", "S", "S"}, {"Y"}, "/gn"));
+        add_output(b, "Y");
+        onnx::ModelProto m = model_of(b);
+        m.mutable_opset_import(0)->set_version(opset);
+        write(m, tmp.path / file);
+    };
+    model("no_groups.onnx", 21, 6, [](onnx::NodeProto*) {});
+    expect_one_error(tmp, "check no_groups.onnx",
+                     "no_groups.onnx: node '/gn' (GroupNormalization): the attribute num_groups is required; shapes "
+                     "(2x6x4), (6), (6)");
+    model("four.onnx", 21, 6, [](onnx::NodeProto* n) { attr_int(n, "num_groups", 4); });
+    expect_one_error(tmp, "check four.onnx",
+                     "four.onnx: node '/gn' (GroupNormalization): num_groups 4 does not divide x's channels 6");
+    model("per_channel_18.onnx", 18, 6, [](onnx::NodeProto* n) { attr_int(n, "num_groups", 3); });
+    expect_one_error(tmp, "check per_channel_18.onnx",
+                     "per_channel_18.onnx: node '/gn' (GroupNormalization): scale must be (3), num_groups (opset 18; "
+                     "per channel from 21); shapes (2x6x4), (6), (6)");
+}
+
 // A graph output that is another value under a new name (Identity, a Cast that needs no node)
 // is a node of its own name: `run` prints it and the trace holds it under the model's name,
 // with the value it passes on

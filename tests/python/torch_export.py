@@ -47,8 +47,9 @@ usage: python3 torch_export.py OUT_DIR
                                                     stride = kernel), Whisper-style Conv1d + GELU
                                                     (stride 2), a depthwise dilated Conv1d, then
                                                     attention over the tokens; dimg: d sum(Y) / dimg
-  OUT_DIR/norms.onnx, norms_{x,y,dx}.npy            InstanceNorm1d (affine), BatchNorm1d in eval
-                                                    mode on (N, C) and (N, C, L), around a Linear
+  OUT_DIR/norms.onnx, norms_{x,y,dx}.npy            GroupNorm and InstanceNorm1d (affine),
+                                                    BatchNorm1d in eval mode on (N, C) and
+                                                    (N, C, L), around a Linear
                                                     and a Tanh; dx: d sum(Y) / dx
 """
 import sys
@@ -398,18 +399,20 @@ export_with("conv_front", ConvFront(), {"img": torch.randn(1, 3, 16, 16)}, grad_
 
 
 class Norms(torch.nn.Module):
-    """Normalizations of convolutional and older models, in eval mode: InstanceNorm1d with
-    affine weights, BatchNorm1d on (N, C, L) and on (N, C) with running statistics of their own
+    """Normalizations of convolutional and older models, in eval mode: GroupNorm (3 groups; torch
+    exports it as an InstanceNormalization of the groups) and InstanceNorm1d with affine
+    weights, BatchNorm1d on (N, C, L) and on (N, C) with running statistics of their own
     (not the initial 0 and 1)."""
 
     def __init__(self, c=6, d=8):
         super().__init__()
         self.inorm = torch.nn.InstanceNorm1d(c, affine=True)
+        self.gnorm = torch.nn.GroupNorm(3, c)
         self.bn3 = torch.nn.BatchNorm1d(c)
         self.proj = torch.nn.Linear(d, d)
         self.bn2 = torch.nn.BatchNorm1d(d)
         with torch.no_grad():
-            for norm in (self.inorm, self.bn3, self.bn2):
+            for norm in (self.inorm, self.gnorm, self.bn3, self.bn2):
                 norm.weight.uniform_(0.5, 1.5)
                 norm.bias.uniform_(-0.5, 0.5)
             for bn in (self.bn3, self.bn2):
@@ -417,7 +420,7 @@ class Norms(torch.nn.Module):
                 bn.running_var.uniform_(0.5, 2)
 
     def forward(self, x):  # x (2, c, d)
-        t = torch.tanh(self.bn3(self.inorm(x)))
+        t = torch.tanh(self.bn3(self.inorm(x) + self.gnorm(x)))
         t = self.proj(t).sum(1)  # (2, d)
         return self.bn2(t)
 
