@@ -1278,6 +1278,25 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
         define(out0, name, arg(0).shape, et);
         return;
     }
+    if (op == "GlobalAveragePool" || op == "GlobalMaxPool") {
+        // x (N, C, D1, ...): ReduceMean / ReduceMax over the spatial axes, kept as 1s (torch's
+        // AdaptiveAvgPool / AdaptiveMaxPool to size 1, in front of a classifier head)
+        check_attrs({});
+        const Value& x = arg(0);
+        if (x.shape.size() < 3)
+            throw ShapeError(where + ": x must be (N, C, D1, ...), with spatial axes; shapes " + shapes_text());
+        std::vector<std::int64_t> axes;
+        Shape s(x.shape.begin(), x.shape.begin() + 2);
+        for (std::size_t d = 2; d < x.shape.size(); ++d) {
+            axes.push_back(static_cast<std::int64_t>(d));
+            s.push_back(1);
+        }
+        const std::string name = out_name(0);
+        emit(op == "GlobalAveragePool" ? "ReduceMean" : "ReduceMax", name, {materialize(input(0))},
+             {{"axes", axes}, {"keepdims", 1}, {"noop_with_empty_axes", 0}});
+        define(out0, name, s, et);
+        return;
+    }
     if (op == "ReduceSum" || op == "ReduceMean" || op == "ReduceMax" || op == "ReduceMin" || op == "ReduceL1" ||
         op == "ReduceL2" || op == "ReduceSumSquare" || op == "ReduceLogSum" || op == "ReduceLogSumExp") {
         check_attrs({"axes", "keepdims", "noop_with_empty_axes"});

@@ -1969,6 +1969,61 @@ BOOST_AUTO_TEST_CASE(group_normalization_matches_a_plain_loop_and_onnx_runtime) 
                      "per channel from 21); shapes (2x6x4), (6), (6)");
 }
 
+// GlobalAveragePool (4-D x) and GlobalMaxPool (3-D x): each (n, c)'s mean and maximum over its
+// positions, by a plain loop, and against ONNX Runtime; the gradient of the sum of both
+// outputs reaches every position by 1/positions and the maximum (distinct values) by 1 more.
+// x without spatial axes: one line.
+BOOST_AUTO_TEST_CASE(global_pools_match_a_plain_loop_and_onnx_runtime) {
+    TempDir tmp;
+    onnx::GraphProto g;
+    add_input(g, "X", {2, 3, 4, 5});
+    add_input(g, "Z", {2, 3, 7});
+    add_node(g, "GlobalAveragePool", {"X"}, {"A"});
+    add_node(g, "GlobalMaxPool", {"Z"}, {"M"});
+    add_output(g, "A");
+    add_output(g, "M");
+    write(model_of(g), tmp.path / "pools.onnx");
+    Array<float> x = Array<float>::from_shape({2, 3, 4, 5}), z = Array<float>::from_shape({2, 3, 7});
+    for (std::size_t i = 0; i < x.size(); ++i) x.data()[i] = 0.125f * static_cast<float>((i * 7) % 23) - 1;
+    for (std::size_t i = 0; i < z.size(); ++i) z.data()[i] = 0.5f * static_cast<float>((i * 5) % 42) - 3;
+    save_npy(tmp.path / "X.npy", Tensor(x));
+    save_npy(tmp.path / "Z.npy", Tensor(z));
+    const std::string inputs = " --input X=X.npy --input Z=Z.npy";
+    const CliResult r = run_cli("run pools.onnx" + inputs + " --trace t", tmp.path);
+    BOOST_TEST_REQUIRE(r.code == 0, r.err);
+    const Tensor a = load_npy(tmp.path / "t" / "A.npy"), m = load_npy(tmp.path / "t" / "M.npy");
+    BOOST_TEST((a.shape() == std::vector<std::size_t>{2, 3, 1, 1}));
+    BOOST_TEST((m.shape() == std::vector<std::size_t>{2, 3, 1}));
+    std::vector<std::size_t> argmax(6);
+    for (std::size_t nc = 0; nc < 6; ++nc) {
+        double sum = 0;
+        for (std::size_t i = 0; i < 20; ++i) sum += x.data()[nc * 20 + i];
+        BOOST_TEST(std::abs(a.at_flat(nc) - sum / 20) <= 1e-6, "A[" << nc << "]");
+        argmax[nc] = nc * 7;
+        for (std::size_t i = 1; i < 7; ++i)
+            if (z.data()[nc * 7 + i] > z.data()[argmax[nc]]) argmax[nc] = nc * 7 + i;
+        BOOST_TEST(m.at_flat(nc) == z.data()[argmax[nc]], "M[" << nc << "]");
+    }
+    const OrtCheck ort = ort_check(tmp.path / "pools.onnx", tmp.path / "t", "1e-6");
+    BOOST_TEST(ort.status == 0, ort.report);
+    BOOST_TEST(ort.lines() == 2, ort.report);
+    const CliResult gr = run_cli("grad pools.onnx" + inputs + " --wrt X,Z --trace g", tmp.path);
+    BOOST_TEST_REQUIRE(gr.code == 0, gr.err);
+    const Tensor dx = load_npy(grad_file(tmp.path / "g", "X")), dz = load_npy(grad_file(tmp.path / "g", "Z"));
+    for (std::size_t i = 0; i < x.size(); ++i) BOOST_TEST(dx.at_flat(i) == double(1.0f / 20), "dX[" << i << "]");
+    for (std::size_t i = 0; i < z.size(); ++i)
+        BOOST_TEST(dz.at_flat(i) == (i == argmax[i / 7] ? 1.0 : 0.0), "dZ[" << i << "]");
+
+    onnx::GraphProto flat;
+    add_input(flat, "X", {2, 3});
+    add_node(flat, "GlobalMaxPool", {"X"}, {"Y"}, "/pool");
+    add_output(flat, "Y");
+    write(model_of(flat), tmp.path / "flat.onnx");
+    expect_one_error(
+        tmp, "check flat.onnx",
+        "flat.onnx: node '/pool' (GlobalMaxPool): x must be (N, C, D1, ...), with spatial axes; shapes (2x3)");
+}
+
 // A graph output that is another value under a new name (Identity, a Cast that needs no node)
 // is a node of its own name: `run` prints it and the trace holds it under the model's name,
 // with the value it passes on
