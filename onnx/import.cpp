@@ -1470,13 +1470,10 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
         define(out0, name, arg(0).shape, et);
         return;
     }
-    if (op == "Conv") {
-        // attngraph's Conv (ops/conv.hpp): 1 to 3 spatial axes; auto_pad's SAME_* and VALID
-        // become explicit pads here (the shapes are known); kernel_shape must be W's
-        check_attrs({"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"});
-        const Shape &xs = arg(0).shape, &ws = arg(1).shape;
-        if (xs.size() < 3 || xs.size() > 5 || ws.size() != xs.size())
-            throw ShapeError(where + ": x must be (N, C, D1..Dk) with 1 to 3 spatial axes and W of its rank");
+    // Conv's and AveragePool's strides, dilations and pads for x of shape xs (N, C, D1..Dk) and
+    // a window of `kernel` per spatial axis: auto_pad's SAME_* and VALID become explicit pads
+    // here (the shapes are known)
+    const auto window_attrs = [&](const Shape& xs, const std::vector<std::size_t>& kernel) {
         const std::size_t k = xs.size() - 2;
         const auto list = [&](const char* name, std::size_t len, std::int64_t fallback) {
             std::vector<std::int64_t> v =
@@ -1488,17 +1485,9 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
             }
             return r;
         };
-        if (onnx_fold::find_attr(node, "kernel_shape")) {
-            const std::vector<std::int64_t> ks = attr_ints(node, "kernel_shape");
-            if (ks.size() != k || !std::equal(ks.begin(), ks.end(), ws.begin() + 2, [](std::int64_t a, std::size_t b) {
-                    return a >= 0 && std::size_t(a) == b;
-                }))
-                throw ShapeError(where + ": kernel_shape does not match W's spatial axes");
-        }
         ops::ConvAttrs a;
         a.strides = list("strides", k, 1);
         a.dilations = list("dilations", k, 1);
-        a.group = static_cast<int>(attr_int(node, "group", 1));
         const auto* ap = onnx_fold::find_attr(node, "auto_pad");
         const std::string auto_pad = ap ? ap->s() : "NOTSET";
         if (auto_pad == "NOTSET") {
@@ -1512,7 +1501,7 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
                 const long stride = std::max((*a.strides)[d], 1), dil = (*a.dilations)[d];
                 const long in_len = static_cast<long>(xs[d + 2]), out_len = (in_len + stride - 1) / stride;
                 const long total =
-                    std::max(0L, (out_len - 1) * stride + dil * (static_cast<long>(ws[d + 2]) - 1) + 1 - in_len);
+                    std::max(0L, (out_len - 1) * stride + dil * (static_cast<long>(kernel[d]) - 1) + 1 - in_len);
                 const long small = total / 2, large = total - small;
                 pads[d] = static_cast<int>(auto_pad == "SAME_UPPER" ? small : large);
                 pads[d + k] = static_cast<int>(auto_pad == "SAME_UPPER" ? large : small);
@@ -1522,6 +1511,24 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
             throw GraphError(where + ": auto_pad '" + auto_pad +
                              "' is not one of NOTSET, SAME_UPPER, SAME_LOWER, VALID; shapes " + shapes_text());
         }
+        return a;
+    };
+    if (op == "Conv") {
+        // attngraph's Conv (ops/conv.hpp): 1 to 3 spatial axes; kernel_shape must be W's
+        check_attrs({"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"});
+        const Shape &xs = arg(0).shape, &ws = arg(1).shape;
+        if (xs.size() < 3 || xs.size() > 5 || ws.size() != xs.size())
+            throw ShapeError(where + ": x must be (N, C, D1..Dk) with 1 to 3 spatial axes and W of its rank");
+        const std::size_t k = xs.size() - 2;
+        if (onnx_fold::find_attr(node, "kernel_shape")) {
+            const std::vector<std::int64_t> ks = attr_ints(node, "kernel_shape");
+            if (ks.size() != k || !std::equal(ks.begin(), ks.end(), ws.begin() + 2, [](std::int64_t a, std::size_t b) {
+                    return a >= 0 && std::size_t(a) == b;
+                }))
+                throw ShapeError(where + ": kernel_shape does not match W's spatial axes");
+        }
+        ops::ConvAttrs a = window_attrs(xs, std::vector<std::size_t>(ws.begin() + 2, ws.end()));
+        a.group = static_cast<int>(attr_int(node, "group", 1));
         std::vector<Shape> shapes = {xs, ws};
         std::vector<std::string> inputs = {materialize(input(0)), materialize(input(1))};
         if (has(2)) {
@@ -1536,6 +1543,81 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
         }
         const std::string name = out_name(0);
         emit(op, name, inputs, attrs_to_json(a));
+        define(out0, name, ys, et);
+        return;
+    }
+    if (op == "AveragePool") {
+        // a depthwise Conv (group C) with the constant window `NAME.window` (C, 1, k1..kk) of
+        // 1/|window|. With count_include_pad 0 and pads: a window of ones (`NAME.sum`) divided by
+        // `NAME.count` (1, 1, out...), the input positions each window covers. ceil_mode 1 is
+        // refused where it adds a partial window.
+        check_attrs({"auto_pad", "ceil_mode", "count_include_pad", "dilations", "kernel_shape", "pads", "strides"});
+        const Shape& xs = arg(0).shape;
+        if (xs.size() < 3 || xs.size() > 5)
+            throw ShapeError(where + ": x must be (N, C, D1..Dk) with 1 to 3 spatial axes; shapes " + shapes_text());
+        const std::size_t k = xs.size() - 2, channels = xs[1];
+        if (!onnx_fold::find_attr(node, "kernel_shape"))
+            throw GraphError(where + ": the attribute kernel_shape is required; shapes " + shapes_text());
+        std::vector<std::size_t> kernel;
+        for (std::int64_t e : attr_ints(node, "kernel_shape")) {
+            if (e < 1 || e > INT_MAX) throw ShapeError(where + ": kernel_shape entries must be at least 1");
+            kernel.push_back(static_cast<std::size_t>(e));
+        }
+        if (kernel.size() != k)
+            throw ShapeError(where + ": kernel_shape has " + std::to_string(kernel.size()) + " entries, " +
+                             std::to_string(k) + " needed for " + std::to_string(k) + " spatial axes");
+        ops::ConvAttrs a = window_attrs(xs, kernel);
+        a.group = static_cast<int>(channels);
+        Shape ws = {channels, 1};
+        ws.insert(ws.end(), kernel.begin(), kernel.end());
+        Shape ys;
+        try {
+            ys = ops::Conv::infer_shape(a, {xs, ws});
+        } catch (const ShapeError& e) {
+            throw ShapeError(where + ": " + e.what());
+        }
+        const std::vector<int>&strides = *a.strides, &dilations = *a.dilations, &pads = *a.pads;
+        if (attr_int(node, "ceil_mode", 0) != 0)
+            for (std::size_t d = 0; d < k; ++d) {
+                const long span = static_cast<long>(xs[d + 2]) + pads[d] + pads[d + k] -
+                                  dilations[d] * (static_cast<long>(kernel[d]) - 1) - 1;
+                if ((span + strides[d] - 1) / strides[d] + 1 != static_cast<long>(ys[d + 2]))
+                    throw GraphError(where + ": ceil_mode 1 adds a partial window at the end of spatial axis " +
+                                     std::to_string(d) + ", which is not supported; shapes " + shapes_text());
+            }
+        const std::size_t window = element_count(kernel);
+        const bool padded = std::any_of(pads.begin(), pads.end(), [](int p) { return p != 0; });
+        const bool divide = attr_int(node, "count_include_pad", 0) == 0 && padded;
+        const std::string name = out_name(0);
+        const std::string w = constant(name + ".window", TP::FLOAT, ws,
+                                       std::vector<double>(channels * window, divide ? 1.0 : 1.0 / double(window)));
+        if (!divide) {
+            emit("Conv", name, {materialize(input(0)), w}, attrs_to_json(a));
+        } else {
+            // count[o] = Π over axes of the window taps o_d·stride − pad + j·dilation inside x
+            Shape cs = {1, 1};
+            cs.insert(cs.end(), ys.begin() + 2, ys.end());
+            std::vector<double> count(element_count(cs), 1.0);
+            for (std::size_t o = 0; o < count.size(); ++o) {
+                std::size_t rest = o;
+                for (std::size_t d = k; d-- > 0;) {
+                    const long at = static_cast<long>(rest % ys[d + 2]) * strides[d] - pads[d];
+                    rest /= ys[d + 2];
+                    long inside = 0;
+                    for (std::size_t j = 0; j < kernel[d]; ++j) {
+                        const long p = at + static_cast<long>(j) * dilations[d];
+                        inside += p >= 0 && p < static_cast<long>(xs[d + 2]);
+                    }
+                    count[o] *= static_cast<double>(inside);
+                }
+                if (count[o] == 0)
+                    throw ShapeError(where +
+                                     ": a window covers no position of x (pads as wide as the window); shapes " +
+                                     shapes_text());
+            }
+            emit("Conv", name + ".sum", {materialize(input(0)), w}, attrs_to_json(a));
+            emit("Div", name, {name + ".sum", constant(name + ".count", TP::FLOAT, cs, count)});
+        }
         define(out0, name, ys, et);
         return;
     }

@@ -2024,6 +2024,120 @@ BOOST_AUTO_TEST_CASE(global_pools_match_a_plain_loop_and_onnx_runtime) {
         "flat.onnx: node '/pool' (GlobalMaxPool): x must be (N, C, D1, ...), with spatial axes; shapes (2x3)");
 }
 
+// AveragePool, 2-D with uneven pads left out of the count, 1-D with the pads counted, 2-D
+// auto_pad SAME_UPPER, and ceil_mode where it adds no window: against a plain loop (each
+// window's taps inside x summed, divided by those taps or by the whole window), ONNX Runtime,
+// and d sum(Y) / dx, each x element's 1/divisor summed over the windows that hold it. A
+// ceil_mode that adds a partial window and a missing kernel_shape: one line each.
+BOOST_AUTO_TEST_CASE(average_pool_matches_a_plain_loop_and_onnx_runtime) {
+    TempDir tmp;
+    struct Case {
+        std::string name;
+        std::vector<std::int64_t> x_dims, kernel, strides, pads;  // pads: begins, then ends
+        std::string auto_pad;                                     // "" or SAME_UPPER (then pads are derived)
+        bool count_include_pad, ceil_mode;
+    };
+    const std::vector<Case> cases = {
+        {"uneven", {1, 3, 6, 7}, {3, 2}, {2, 1}, {1, 0, 1, 1}, "", false, false},
+        {"counted", {2, 4, 9}, {3}, {2}, {1, 1}, "", true, false},
+        {"same", {1, 2, 5, 4}, {3, 3}, {2, 1}, {1, 1, 1, 1}, "SAME_UPPER", false, false},
+        {"ceil", {1, 2, 7}, {3}, {2}, {0, 0}, "", false, true},
+    };
+    for (const Case& c : cases) {
+        onnx::GraphProto g;
+        add_input(g, "X", c.x_dims);
+        auto* n = add_node(g, "AveragePool", {"X"}, {"Y"});
+        attr_ints(n, "kernel_shape", c.kernel);
+        attr_ints(n, "strides", c.strides);
+        if (c.auto_pad.empty())
+            attr_ints(n, "pads", c.pads);
+        else
+            attr_string(n, "auto_pad", c.auto_pad);
+        attr_int(n, "count_include_pad", c.count_include_pad ? 1 : 0);
+        if (c.ceil_mode) attr_int(n, "ceil_mode", 1);
+        add_output(g, "Y");
+        write(model_of(g), tmp.path / (c.name + ".onnx"));
+        std::vector<std::size_t> shape(c.x_dims.begin(), c.x_dims.end());
+        Array<float> x = Array<float>::from_shape(shape);
+        for (std::size_t i = 0; i < x.size(); ++i) x.data()[i] = 0.25f * static_cast<float>((i * 7) % 19) - 2;
+        save_npy(tmp.path / "X.npy", Tensor(x));
+        const CliResult r = run_cli("run " + c.name + ".onnx --input X=X.npy --trace t_" + c.name, tmp.path);
+        BOOST_TEST_REQUIRE(r.code == 0, c.name << ": " << r.err);
+        const CliResult gr = run_cli("grad " + c.name + ".onnx --input X=X.npy --wrt X --trace g_" + c.name, tmp.path);
+        BOOST_TEST_REQUIRE(gr.code == 0, c.name << ": " << gr.err);
+        const Tensor y = load_npy(tmp.path / ("t_" + c.name) / "Y.npy");
+        const Tensor dx = load_npy(grad_file(tmp.path / ("g_" + c.name), "X"));
+
+        // the plain loop over every output position
+        const std::size_t k = shape.size() - 2, planes = shape[0] * shape[1];
+        std::vector<std::size_t> out(k);
+        std::size_t in_size = 1, out_size = 1;
+        for (std::size_t d = 0; d < k; ++d) {
+            out[d] = (shape[d + 2] + c.pads[d] + c.pads[d + k] - c.kernel[d]) / c.strides[d] + 1;
+            in_size *= shape[d + 2];
+            out_size *= out[d];
+        }
+        BOOST_TEST_REQUIRE(y.size() == planes * out_size, c.name);
+        std::vector<double> want_dx(x.size(), 0.0);
+        for (std::size_t p = 0; p < planes; ++p)
+            for (std::size_t o = 0; o < out_size; ++o) {
+                std::vector<long> start(k);
+                for (std::size_t d = k, rest = o; d-- > 0; rest /= out[d])
+                    start[d] = static_cast<long>(rest % out[d]) * c.strides[d] - c.pads[d];
+                std::size_t taps = 1;
+                for (auto w : c.kernel) taps *= static_cast<std::size_t>(w);
+                double sum = 0;
+                std::size_t inside = 0;
+                std::vector<std::size_t> held;
+                for (std::size_t t = 0; t < taps; ++t) {
+                    long flat = 0;
+                    bool in = true;
+                    for (std::size_t d = 0, rest = t, stride = taps; d < k; ++d) {
+                        stride /= static_cast<std::size_t>(c.kernel[d]);
+                        const long pos = start[d] + static_cast<long>(rest / stride);
+                        rest %= stride;
+                        in = in && pos >= 0 && pos < static_cast<long>(shape[d + 2]);
+                        flat = flat * static_cast<long>(shape[d + 2]) + pos;
+                    }
+                    if (!in) continue;
+                    held.push_back(p * in_size + static_cast<std::size_t>(flat));
+                    sum += x.data()[held.back()];
+                    ++inside;
+                }
+                const double divisor = static_cast<double>(c.count_include_pad ? taps : inside);
+                BOOST_TEST(std::abs(y.at_flat(p * out_size + o) - sum / divisor) <= 1e-6,
+                           c.name << " Y[" << p * out_size + o << "] = " << y.at_flat(p * out_size + o) << ", want "
+                                  << sum / divisor);
+                for (std::size_t i : held) want_dx[i] += 1 / divisor;
+            }
+        for (std::size_t i = 0; i < x.size(); ++i)
+            BOOST_TEST(std::abs(dx.at_flat(i) - want_dx[i]) <= 1e-6, c.name << " dX[" << i << "]");
+        const OrtCheck ort = ort_check(tmp.path / (c.name + ".onnx"), tmp.path / ("t_" + c.name), "1e-6");
+        BOOST_TEST(ort.status == 0, c.name << ": " << ort.report);
+        BOOST_TEST(ort.lines() == 1, c.name << ": " << ort.report);
+    }
+
+    const auto model = [&](const std::string& file, auto&& attrs) {
+        onnx::GraphProto b;
+        add_input(b, "X", {1, 2, 8});
+        attrs(add_node(b, "AveragePool", {"X"}, {"Y"}, "/pool"));
+        add_output(b, "Y");
+        write(model_of(b), tmp.path / file);
+    };
+    model("partial.onnx", [](onnx::NodeProto* n) {
+        attr_ints(n, "kernel_shape", {3});
+        attr_ints(n, "strides", {2});
+        attr_int(n, "ceil_mode", 1);
+    });
+    expect_one_error(tmp, "check partial.onnx",
+                     "partial.onnx: node '/pool' (AveragePool): ceil_mode 1 adds a partial window at the end of "
+                     "spatial axis 0, which is not supported; shapes (1x2x8)");
+    model("no_kernel.onnx", [](onnx::NodeProto*) {});
+    expect_one_error(tmp, "check no_kernel.onnx",
+                     "no_kernel.onnx: node '/pool' (AveragePool): the attribute kernel_shape is required; shapes "
+                     "(1x2x8)");
+}
+
 // A graph output that is another value under a new name (Identity, a Cast that needs no node)
 // is a node of its own name: `run` prints it and the trace holds it under the model's name,
 // with the value it passes on
