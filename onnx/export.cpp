@@ -323,6 +323,10 @@ private:
             const std::string idx = fresh(name + ".indices");
             attr(node("Cast", {in[1]}, {idx}), "to", TP::INT64);
             attr(node("Gather", {in[0], idx}, {name}), "axis", gather->axis);
+        } else if (const auto* ge = n.attrs_if<ops::GatherElements>()) {
+            const std::string idx = fresh(name + ".indices");
+            attr(node("Cast", {in[1]}, {idx}), "to", TP::INT64);
+            attr(node("GatherElements", {in[0], idx}, {name}), "axis", ge->axis);
         } else if (n.is<ops::ScatterElements>() || n.is<ops::ScatterND>()) {
             // as Gather: the indices cast to int64
             const std::string idx = fresh(name + ".indices");

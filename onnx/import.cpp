@@ -1397,6 +1397,21 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
         define(out0, name, s, et);
         return;
     }
+    if (op == "GatherElements") {
+        // attngraph's op of that name (torch.gather); indices computed or constant, checked when
+        // the graph runs as Gather's
+        check_attrs({"axis"});
+        const auto axis = normalize(attr_int(node, "axis", 0), arg(0).shape.size(), where);
+        try {  // the op's own rule, so that a mismatch is the node's import error
+            ops::GatherElements::infer_shape({static_cast<int>(axis)}, {arg(0).shape, arg(1).shape});
+        } catch (const ShapeError& e) {
+            throw ShapeError(where + ": " + e.what() + "; shapes " + shapes_text());
+        }
+        const std::string name = out_name(0);
+        emit(op, name, {materialize(input(0)), materialize(input(1))}, {{"axis", axis}});
+        define(out0, name, arg(1).shape, et);
+        return;
+    }
     if (op == "TopK") {
         // K must fold to a constant (opset 10 on; an attribute before); positions are int64 values
         check_attrs({"k", "axis", "largest", "sorted"});

@@ -302,6 +302,11 @@ Value gather(const Value& data, const Value& indices, int axis) {
     return data.builder().node<ops::Gather>({data, indices}, ops::GatherAttrs{axis});
 }
 
+// ops/gather_elements.hpp
+Value gather_elements(const Value& data, const Value& indices, int axis) {
+    return data.builder().node<ops::GatherElements>({data, indices}, ops::GatherElementsAttrs{axis});
+}
+
 // ops/range.hpp
 Value range(GraphBuilder& g, double limit) {
     return g.node<ops::Range>({}, ops::RangeAttrs{0, {limit}, 1});

@@ -77,6 +77,7 @@
 #include "ops/expand.hpp"
 #include "ops/floor.hpp"
 #include "ops/gather.hpp"
+#include "ops/gather_elements.hpp"
 #include "ops/greater.hpp"
 #include "ops/layer_normalization.hpp"
 #include "ops/leaky_relu.hpp"
@@ -124,10 +125,10 @@ namespace attngraph::ops {
 inline constexpr auto builtin_ops =
     boost::hana::tuple_t<Linear, Transpose, MatMul, Scale, Softmax, Concat, Add, Mask, Slice, Split, Reshape, Permute,
                          Alibi, Neg, Exp, Log, Tanh, Erf, Sqrt, Pow, Sin, Cos, Mul, Sub, Div, Where, Equal, Less,
-                         Greater, ReduceSum, ReduceMean, ReduceMax, Expand, Gather, Range, RMSNormalization,
-                         LayerNormalization, RotaryEmbedding, Attention, Relu, Sigmoid, Abs, Clip, LeakyRelu, Softplus,
-                         Max, Min, Floor, Ceil, Round, Sign, Mod, CumSum, ScatterElements, ScatterND, ArgMax, ArgMin,
-                         TopK, Conv>;
+                         Greater, ReduceSum, ReduceMean, ReduceMax, Expand, Gather, GatherElements, Range,
+                         RMSNormalization, LayerNormalization, RotaryEmbedding, Attention, Relu, Sigmoid, Abs, Clip,
+                         LeakyRelu, Softplus, Max, Min, Floor, Ceil, Round, Sign, Mod, CumSum, ScatterElements,
+                         ScatterND, ArgMax, ArgMin, TopK, Conv>;
 
 }  // namespace attngraph::ops
 
@@ -247,6 +248,10 @@ Value conv(const Value& x, const Value& w, const Value& b, const ops::ConvAttrs&
 Value expand(const Value& x, std::vector<int> shape);
 /// data taken along `axis` at `indices` (whole numbers, negative from the end; no gradient).
 Value gather(const Value& data, const Value& indices, int axis = 0);
+/// data read along `axis` element by element: y (indices' shape, data's rank) at a multi-index
+/// is data there with the coordinate of `axis` replaced by the index (torch.gather; no gradient
+/// for indices, repeated positions add their gradients).
+Value gather_elements(const Value& data, const Value& indices, int axis = 0);
 /// data with updates written where indices point (no gradient for indices; of two writes to one
 /// position the later is kept): along `axis`, indices and updates of one shape (a KV cache
 /// written at its positions); or slices data[t0, ..., tk-1] named by the tuples in indices' last axis.

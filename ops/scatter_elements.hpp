@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "ops/common.hpp"
-#include "ops/gather.hpp"
+#include "ops/gather_elements.hpp"
 #include "ops/scatter_reduction.hpp"
 
 namespace attngraph::ops {
@@ -36,18 +36,10 @@ struct ScatterElements {
     static Shape infer_shape(const Attrs& a, const std::vector<Shape>& in) {
         const Shape &data = in[0], &indices = in[1], &updates = in[2];
         scatter::reduction(a.reduction);  // (a known one)
-        if (data.empty()) throw ShapeError("data must have at least one axis, got a scalar");
-        const std::size_t axis = normalize_axis(a.axis, data.size());
         if (indices != updates)
             throw ShapeError("indices (" + shape_str(indices) + ") and updates (" + shape_str(updates) +
                              ") must have one shape");
-        if (indices.size() != data.size())
-            throw ShapeError("indices (" + shape_str(indices) + ") must have data's rank " +
-                             std::to_string(data.size()) + ", data is (" + shape_str(data) + ")");
-        for (std::size_t d = 0; d < data.size(); ++d)
-            if (d != axis && indices[d] > data[d])
-                throw ShapeError("indices (" + shape_str(indices) + ") is longer than data (" + shape_str(data) +
-                                 ") on axis " + std::to_string(d));
+        GatherElements::check_along_axis(a.axis, data, indices);
         return data;
     }
 
@@ -56,36 +48,16 @@ struct ScatterElements {
                (a.reduction == "none" ? "" : ", reduction=" + a.reduction) + ")";
     }
 
-    /// The flat position in data of each update element, in the updates' row-major order.
-    template <class T>
-    static std::vector<std::size_t> targets(const Attrs& a, const Array<T>& data, const Array<T>& indices) {
-        const Shape ds = shape_of(data), is = shape_of(indices);
-        const std::size_t axis = normalize_axis(a.axis, ds.size());
-        std::vector<std::size_t> pos = Gather::positions(indices, ds[axis], a.axis);
-        const auto strides = row_major_strides(ds);
-        std::vector<std::size_t> idx(is.size(), 0);  // the multi-index of element e, stepped
-        for (std::size_t e = 0; e < pos.size(); ++e) {
-            std::size_t off = 0;
-            for (std::size_t d = 0; d < is.size(); ++d) off += (d == axis ? pos[e] : idx[d]) * strides[d];
-            pos[e] = off;
-            for (std::size_t d = is.size(); d-- > 0;) {
-                if (++idx[d] < is[d]) break;
-                idx[d] = 0;
-            }
-        }
-        return pos;
-    }
-
     template <class T>
     static void forward(const Attrs& a, In<T> in, Out<T> out) {
-        const std::vector<std::size_t> at = targets(a, *in[0], *in[1]);  // (checks before writing)
+        const std::vector<std::size_t> at = GatherElements::targets(a.axis, *in[0], *in[1]);  // (checks before writing)
         scatter::forward(scatter::reduction(a.reduction), in[0]->data(), in[2]->data(), out[0]->data(), in[0]->size(),
                          at, 1);
     }
 
     template <class T>
     static void backward(const Attrs& a, In<T> in, In<T> out, In<T> dout, Out<T> din) {
-        const std::vector<std::size_t> at = targets(a, *in[0], *in[1]);
+        const std::vector<std::size_t> at = GatherElements::targets(a.axis, *in[0], *in[1]);
         scatter::backward(scatter::reduction(a.reduction), in[0]->data(), in[2]->data(), out[0]->data(),
                           dout[0]->data(), din[0] ? din[0]->data() : nullptr, din[2] ? din[2]->data() : nullptr,
                           in[0]->size(), at, 1);

@@ -229,6 +229,14 @@ BOOST_AUTO_TEST_CASE(a_static_kv_cache_written_at_run_time_positions_runs_and_di
     run_and_grad_like_torch(ex, "kv_cache_grad", {"x", "pos", "cache_k", "cache_v"}, "cache_v");
 }
 
+BOOST_AUTO_TEST_CASE(router_weights_and_beam_tokens_read_with_torch_gather_like_pytorch) {
+    // torch.gather exports GatherElements: indices from topk (computed) and from an int64 input
+    // (a position read twice); the output and d sum(Y) / dx within 1e-5 of PyTorch's
+    Exported ex;
+    run_and_grad_like_torch(ex, "gathers", {"x", "beam"}, "x");
+    BOOST_TEST(entries_of(ex.tmp.path / "t", "GatherElements").size() == 2u);
+}
+
 BOOST_AUTO_TEST_CASE(slots_summed_with_scatter_add_index_add_and_accumulating_index_put_like_pytorch) {
     // token features summed into slots named by int64 inputs, tokens sharing slots:
     // scatter_add exports a ScatterElements with reduction add; the output and d sum(Y) / dx

@@ -51,6 +51,9 @@ usage: python3 torch_export.py OUT_DIR
                                                     BatchNorm1d in eval mode on (N, C) and
                                                     (N, C, L), around a Linear
                                                     and a Tanh; dx: d sum(Y) / dx
+  OUT_DIR/gathers.onnx, gathers_{x,beam,y,dx}.npy   torch.gather: a router's top-2 probabilities
+                                                    read back at topk's positions, and tokens
+                                                    kept by a beam's int64 positions; dx: d sum(Y) / dx
 """
 import sys
 
@@ -426,3 +429,24 @@ class Norms(torch.nn.Module):
 
 
 export_with("norms", Norms(), {"x": torch.randn(2, 6, 8)}, grad_of="x")
+
+
+class Gathers(torch.nn.Module):
+    """torch.gather (GatherElements): a mixture-of-experts router's top-2 probabilities read back
+    from its softmax at the positions topk computed, and the tokens a beam keeps, read along the
+    sequence at int64 positions given at run time (one read twice)."""
+
+    def __init__(self, d=8, experts=4):
+        super().__init__()
+        self.router = torch.nn.Linear(d, experts)
+
+    def forward(self, x, beam):  # x (2, 5, d), beam (2, 3, d) positions along the sequence
+        p = torch.softmax(self.router(x), -1)
+        top = p.topk(2, dim=-1).indices
+        weight = torch.gather(p, -1, top).sum(-1, keepdim=True)  # (2, 5, 1)
+        kept = torch.gather(x, 1, beam)  # (2, 3, d)
+        return weight * x + kept.sum(1, keepdim=True)
+
+
+beam = torch.tensor([[4, 0, 4], [1, 3, 2]]).unsqueeze(-1).expand(-1, -1, 8).contiguous()
+export_with("gathers", Gathers(), {"x": torch.randn(2, 5, 8), "beam": beam}, grad_of="x")
