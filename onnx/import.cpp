@@ -1679,6 +1679,14 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
         define(out0, name, x.shape, et);
         return;
     }
+    // input i (a per-channel or per-group scale or bias) as `shape`, named `as`: a constant of
+    // that shape, or a Reshape when computed (InstanceNormalization, GroupNormalization)
+    const auto input_as_shape = [&](std::size_t i, const std::string& as, const Shape& shape) {
+        if (arg(i).is_const) return constant(as, TP::FLOAT, shape, arg(i).c.values);
+        emit("Reshape", as, {materialize(input(i))},
+             {{"shape", std::vector<std::int64_t>(shape.begin(), shape.end())}});
+        return as;
+    };
     if (op == "InstanceNormalization") {
         // x normalized over its spatial axes per (n, c): `NAME.normalized`, a LayerNormalization
         // from axis 2 (its scale `NAME.one`); then times scale and plus B per channel (`NAME.scaled`,
@@ -1694,17 +1702,11 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
         const std::string name = out_name(0);
         Shape per_channel(x.shape.size() - 1, 1);
         per_channel[0] = channels;
-        const auto channelwise = [&](std::size_t i, const std::string& part) {
-            if (arg(i).is_const) return constant(name + "." + part, TP::FLOAT, per_channel, arg(i).c.values);
-            emit("Reshape", name + "." + part, {materialize(input(i))},
-                 {{"shape", std::vector<std::int64_t>(per_channel.begin(), per_channel.end())}});
-            return name + "." + part;
-        };
         const double eps = attr_float(node, "epsilon", 1e-5f);
         emit("LayerNormalization", name + ".normalized",
              {materialize(input(0)), constant(name + ".one", TP::FLOAT, {1}, {1.0})}, {{"axis", 2}, {"epsilon", eps}});
-        emit("Mul", name + ".scaled", {name + ".normalized", channelwise(1, "scale")});
-        emit("Add", name, {name + ".scaled", channelwise(2, "bias")});
+        emit("Mul", name + ".scaled", {name + ".normalized", input_as_shape(1, name + ".scale", per_channel)});
+        emit("Add", name, {name + ".scaled", input_as_shape(2, name + ".bias", per_channel)});
         define(out0, name, x.shape, et);
         return;
     }
@@ -1734,13 +1736,6 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
                                  "), " + (per_channel ? "x's channels" : "num_groups (opset 18; per channel from 21)") +
                                  "; shapes " + shapes_text());
         const std::string name = out_name(0);
-        // scale or bias as `shape` (a constant, or a Reshape when computed)
-        const auto affine_as = [&](std::size_t i, const std::string& part, const Shape& shape) {
-            if (arg(i).is_const) return constant(name + "." + part, TP::FLOAT, shape, arg(i).c.values);
-            emit("Reshape", name + "." + part, {materialize(input(i))},
-                 {{"shape", std::vector<std::int64_t>(shape.begin(), shape.end())}});
-            return name + "." + part;
-        };
         std::size_t group_size = channels / g;
         for (std::size_t d = 2; d < x.shape.size(); ++d) group_size *= x.shape[d];
         const std::vector<std::int64_t> grouped = {static_cast<std::int64_t>(x.shape[0]), groups,
@@ -1754,11 +1749,11 @@ void Importer::import_node(const onnx::NodeProto& node, int index) {
             Shape channelwise(x.shape.size() - 1, 1);
             channelwise[0] = channels;
             emit("Reshape", name + ".ungrouped", {name + ".normalized"}, {{"shape", back}});
-            emit("Mul", name + ".scaled", {name + ".ungrouped", affine_as(1, "scale", channelwise)});
-            emit("Add", name, {name + ".scaled", affine_as(2, "bias", channelwise)});
+            emit("Mul", name + ".scaled", {name + ".ungrouped", input_as_shape(1, name + ".scale", channelwise)});
+            emit("Add", name, {name + ".scaled", input_as_shape(2, name + ".bias", channelwise)});
         } else {
-            emit("Mul", name + ".group_scaled", {name + ".normalized", affine_as(1, "scale", {g, 1})});
-            emit("Add", name + ".group_shifted", {name + ".group_scaled", affine_as(2, "bias", {g, 1})});
+            emit("Mul", name + ".group_scaled", {name + ".normalized", input_as_shape(1, name + ".scale", {g, 1})});
+            emit("Add", name + ".group_shifted", {name + ".group_scaled", input_as_shape(2, name + ".bias", {g, 1})});
             emit("Reshape", name, {name + ".group_shifted"}, {{"shape", back}});
         }
         define(out0, name, x.shape, et);
